@@ -1,0 +1,244 @@
+//! Documents as the engine sees them: an id, the revision being edited,
+//! a deleted flag, an optional `_revisions` history, and a body.
+//!
+//! Invariant: a [`Body`] is always the text of a JSON object with no
+//! top-level member starting with `_`; the special members are lifted into
+//! [`Doc`] fields by [`Doc::from_json`] (and put back by whoever renders the
+//! document). A body's bytes are what the revision hash covers.
+
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::name::{validate_doc_id, NameError};
+use crate::rev::{Rev, RevParseError};
+
+/// A document body: JSON object text without special members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body(String);
+
+impl Body {
+    /// The body `{}`.
+    pub fn empty() -> Body {
+        Body("{}".to_string())
+    }
+
+    /// Serializes a map whose keys the caller has checked (no `_` members).
+    fn from_checked_map(map: &Map<String, Value>) -> Body {
+        Body(Value::Object(map.clone()).to_string())
+    }
+
+    /// Wraps stored text. Only the storage layer calls this, with bytes that
+    /// were a valid `Body` when written.
+    pub fn from_stored(text: String) -> Body {
+        Body(text)
+    }
+
+    /// Builds a body from a JSON object without special members.
+    pub fn from_value(value: Value) -> Result<Body, DocError> {
+        match value {
+            Value::Object(map) => {
+                if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
+                    return Err(DocError::Validation(format!("Bad special document member: {k}")));
+                }
+                Ok(Body::from_checked_map(&map))
+            }
+            _ => Err(DocError::BadRequest("Document must be a JSON object".into())),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == "{}"
+    }
+
+    /// Parses the body into a JSON map.
+    pub fn to_map(&self) -> Map<String, Value> {
+        // A Body is valid JSON object text by construction; an empty map is
+        // the only sane answer should storage have been tampered with.
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
+}
+
+/// An edit of one document, as submitted to the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doc {
+    pub id: String,
+    /// `_rev`: with `new_edits=true` the revision being edited (None for a
+    /// new document); with `new_edits=false` the revision being stored.
+    pub rev: Option<Rev>,
+    pub deleted: bool,
+    /// `_revisions`: the history ending in `rev`, newest first.
+    pub revisions: Option<Vec<Rev>>,
+    pub body: Body,
+}
+
+/// Why a document was refused. Each maps to one CouchDB error.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DocError {
+    /// 400 bad_request.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 400 doc_validation.
+    #[error("{0}")]
+    Validation(String),
+    /// 400 illegal_docid.
+    #[error("{0}")]
+    IllegalId(#[from] NameError),
+}
+
+impl From<RevParseError> for DocError {
+    fn from(_: RevParseError) -> DocError {
+        DocError::BadRequest("Invalid rev format".into())
+    }
+}
+
+/// Members CouchDB accepts in a document and ignores (they are answers, not inputs).
+const IGNORED_SPECIALS: &[&str] = &["_revs_info", "_conflicts", "_deleted_conflicts", "_local_seq"];
+
+impl Doc {
+    /// A new-edit document with a body and no revision.
+    pub fn new(id: impl Into<String>, body: Value) -> Result<Doc, DocError> {
+        let id = id.into();
+        validate_doc_id(&id)?;
+        Ok(Doc { id, rev: None, deleted: false, revisions: None, body: Body::from_value(body)? })
+    }
+
+    /// Parses a JSON document as clients send it. `fallback_id` supplies
+    /// an id when the document has no `_id` (CouchDB generates a UUID).
+    pub fn from_json(value: Value, fallback_id: impl FnOnce() -> String) -> Result<Doc, DocError> {
+        let Value::Object(mut map) = value else {
+            return Err(DocError::BadRequest("Document must be a JSON object".into()));
+        };
+        let id = match map.shift_remove("_id") {
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(DocError::BadRequest("Document id must be a string".into())),
+            None => fallback_id(),
+        };
+        validate_doc_id(&id)?;
+        let rev = match map.shift_remove("_rev") {
+            Some(Value::String(s)) => Some(s.parse::<Rev>()?),
+            Some(Value::Null) | None => None,
+            Some(_) => return Err(DocError::BadRequest("Invalid rev format".into())),
+        };
+        let deleted = match map.shift_remove("_deleted") {
+            Some(Value::Bool(b)) => b,
+            Some(Value::Null) | None => false,
+            Some(_) => return Err(DocError::BadRequest("_deleted must be a boolean".into())),
+        };
+        let revisions = match map.shift_remove("_revisions") {
+            Some(v) => Some(parse_revisions(&v)?),
+            None => None,
+        };
+        if let (Some(revs), Some(rev)) = (&revisions, &rev) {
+            if revs.first() != Some(rev) {
+                return Err(DocError::BadRequest("_rev does not match _revisions".into()));
+            }
+        }
+        match map.shift_remove("_attachments") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(atts)) if atts.is_empty() => {}
+            Some(_) => return Err(DocError::BadRequest("Attachments are not supported yet".into())),
+        }
+        for k in IGNORED_SPECIALS {
+            map.shift_remove(*k);
+        }
+        if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
+            return Err(DocError::Validation(format!("Bad special document member: {k}")));
+        }
+        Ok(Doc { id, rev, deleted, revisions, body: Body::from_checked_map(&map) })
+    }
+}
+
+/// Parses `{"start": N, "ids": [hash, ...]}` into revisions, newest first.
+pub fn parse_revisions(v: &Value) -> Result<Vec<Rev>, DocError> {
+    let bad = || DocError::BadRequest("_revisions must be {\"start\": N, \"ids\": [...]}".into());
+    let start = v.get("start").and_then(Value::as_u64).ok_or_else(bad)?;
+    let ids = v.get("ids").and_then(Value::as_array).ok_or_else(bad)?;
+    if ids.is_empty() || (ids.len() as u64) > start {
+        return Err(bad());
+    }
+    ids.iter()
+        .enumerate()
+        .map(|(i, h)| match h.as_str() {
+            Some(h) if !h.is_empty() && h.len() <= crate::rev::REV_HASH_BYTES_MAX => Ok(Rev::new(start - i as u64, h)),
+            _ => Err(bad()),
+        })
+        .collect()
+}
+
+/// Renders `{"start": N, "ids": [...]}` for a path, newest first.
+pub fn revisions_json<'a>(path: impl IntoIterator<Item = &'a Rev>) -> Value {
+    let mut start = 0;
+    let mut ids = Vec::new();
+    for (i, r) in path.into_iter().enumerate() {
+        if i == 0 {
+            start = r.pos;
+        }
+        ids.push(Value::String(r.hash.clone()));
+    }
+    serde_json::json!({"start": start, "ids": ids})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn no_id() -> String {
+        "generated".into()
+    }
+
+    #[test]
+    fn lifts_special_members_and_keeps_order() {
+        let d = Doc::from_json(
+            json!({"_id":"a","_rev":"2-x","z":1,"a":2,"_revisions":{"start":2,"ids":["x","y"]},"_conflicts":[]}),
+            no_id,
+        )
+        .unwrap();
+        assert_eq!(d.id, "a");
+        assert_eq!(d.rev, Some(Rev::new(2, "x")));
+        assert_eq!(d.revisions, Some(vec![Rev::new(2, "x"), Rev::new(1, "y")]));
+        assert_eq!(d.body.as_str(), r#"{"z":1,"a":2}"#);
+        assert!(!d.deleted);
+    }
+
+    #[test]
+    fn generates_missing_id() {
+        assert_eq!(Doc::from_json(json!({"a":1}), no_id).unwrap().id, "generated");
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let cases = [
+            json!([1]),
+            json!({"_id": 5}),
+            json!({"_id": "_bad"}),
+            json!({"_id": "a", "_rev": "nope"}),
+            json!({"_id": "a", "_foo": 1}),
+            json!({"_id": "a", "_deleted": "yes"}),
+            json!({"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}}),
+            json!({"_id": "a", "_rev": "2-x", "_revisions": {"start": 2, "ids": ["y"]}}),
+            json!({"_id": "a", "_attachments": {"f": {"data": ""}}}),
+        ];
+        for c in cases {
+            assert!(Doc::from_json(c.clone(), no_id).is_err(), "{c}");
+        }
+        assert!(matches!(
+            Doc::from_json(json!({"_id":"a","_foo":1}), no_id),
+            Err(DocError::Validation(m)) if m == "Bad special document member: _foo"
+        ));
+    }
+
+    #[test]
+    fn revisions_round_trip() {
+        let revs = vec![Rev::new(3, "c"), Rev::new(2, "b")];
+        assert_eq!(parse_revisions(&revisions_json(&revs)).unwrap(), revs);
+    }
+}

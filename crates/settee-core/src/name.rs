@@ -1,0 +1,112 @@
+//! Database names and document ids: CouchDB's naming rules.
+//!
+//! Invariant: a name accepted here is safe to use as a storage key component
+//! and as a URL path segment after percent-encoding; nothing else checks names.
+
+use thiserror::Error;
+
+/// Longest database name accepted (CouchDB allows 238 bytes).
+pub const DB_NAME_BYTES_MAX: usize = 238;
+/// Longest document id accepted. CouchDB's default is unbounded; we bound it
+/// so that keys stay small and a hostile client cannot make huge index keys.
+pub const DOC_ID_BYTES_MAX: usize = 4096;
+
+/// Databases CouchDB creates for itself; their names start with `_`.
+pub const SYSTEM_DBS: &[&str] = &["_users", "_replicator", "_global_changes"];
+
+/// Prefix of design document ids.
+pub const DESIGN_PREFIX: &str = "_design/";
+/// Prefix of local (non-replicated, unversioned) document ids.
+pub const LOCAL_PREFIX: &str = "_local/";
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NameError {
+    #[error("Name: '{0}'. Only lowercase characters (a-z), digits (0-9), and any of the characters _, $, (, ), +, -, and / are allowed. Must begin with a letter.")]
+    IllegalDbName(String),
+    #[error("Document id must not be empty")]
+    EmptyDocId,
+    #[error("Only reserved document ids may start with underscore.")]
+    ReservedDocId,
+    #[error("Document id is too long (limit {DOC_ID_BYTES_MAX} bytes)")]
+    DocIdTooLong,
+}
+
+/// Checks a database name against `^[a-z][a-z0-9_$()+/-]*$` (or a system db).
+pub fn validate_db_name(name: &str) -> Result<(), NameError> {
+    if SYSTEM_DBS.contains(&name) {
+        return Ok(());
+    }
+    let bad = || NameError::IllegalDbName(name.to_string());
+    if name.is_empty() || name.len() > DB_NAME_BYTES_MAX {
+        return Err(bad());
+    }
+    let mut bytes = name.bytes();
+    match bytes.next() {
+        Some(b'a'..=b'z') => {}
+        _ => return Err(bad()),
+    }
+    if bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'$' | b'(' | b')' | b'+' | b'-' | b'/')) {
+        Ok(())
+    } else {
+        Err(bad())
+    }
+}
+
+/// What kind of document an id names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocKind {
+    Normal,
+    Design,
+    Local,
+}
+
+/// Checks a document id (including `_design/` and `_local/` ids) and says
+/// what kind of document it names.
+pub fn validate_doc_id(id: &str) -> Result<DocKind, NameError> {
+    if id.is_empty() {
+        return Err(NameError::EmptyDocId);
+    }
+    if id.len() > DOC_ID_BYTES_MAX {
+        return Err(NameError::DocIdTooLong);
+    }
+    if !id.starts_with('_') {
+        return Ok(DocKind::Normal);
+    }
+    if let Some(rest) = id.strip_prefix(DESIGN_PREFIX) {
+        if !rest.is_empty() {
+            return Ok(DocKind::Design);
+        }
+    }
+    if let Some(rest) = id.strip_prefix(LOCAL_PREFIX) {
+        if !rest.is_empty() {
+            return Ok(DocKind::Local);
+        }
+    }
+    Err(NameError::ReservedDocId)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn db_names() {
+        for ok in ["a", "abc", "a1_$()+-/b", "_users", "_replicator"] {
+            assert_eq!(validate_db_name(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "A", "1a", "_foo", "a b", "aé", "a.b", &"a".repeat(239)] {
+            assert!(validate_db_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn doc_ids() {
+        assert_eq!(validate_doc_id("x"), Ok(DocKind::Normal));
+        assert_eq!(validate_doc_id("_design/x"), Ok(DocKind::Design));
+        assert_eq!(validate_doc_id("_local/x"), Ok(DocKind::Local));
+        assert_eq!(validate_doc_id(""), Err(NameError::EmptyDocId));
+        assert_eq!(validate_doc_id("_foo"), Err(NameError::ReservedDocId));
+        assert_eq!(validate_doc_id("_design/"), Err(NameError::ReservedDocId));
+        assert_eq!(validate_doc_id(&"x".repeat(5000)), Err(NameError::DocIdTooLong));
+    }
+}

@@ -1,0 +1,265 @@
+//! The RocksDB store: one RocksDB instance holding every database, one
+//! column family per [`Keyspace`].
+//!
+//! Crash safety (RocksDB's documented behaviour, which we rely on): every
+//! write batch goes to the write-ahead log before the memtable, atomically
+//! across column families; a write with `sync` fsyncs the log (and RocksDB
+//! groups concurrent synced writers into one fsync); after a crash, recovery
+//! replays the log up to the last complete batch (`PointInTimeRecovery`),
+//! so a batch is either wholly present or wholly absent, and every synced
+//! batch is present. Unsynced batches survive a process crash (they were
+//! handed to the OS) but not an OS crash or power loss until [`Store::sync`].
+
+#![allow(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode,
+    Options, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
+};
+
+use crate::{Batch, Keyspace, Op, Result, ScanFn, Snapshot, Store, StoreError};
+
+/// Tunables for the RocksDB instance.
+#[derive(Debug, Clone)]
+pub struct RocksOptions {
+    /// Shared block cache for all column families.
+    pub block_cache_bytes: usize,
+    /// Memtable size per column family before a flush to disk.
+    pub write_buffer_bytes: usize,
+    /// Background flush/compaction threads.
+    pub background_jobs: i32,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        RocksOptions { block_cache_bytes: 256 << 20, write_buffer_bytes: 64 << 20, background_jobs: 2 }
+    }
+}
+
+/// The embedded RocksDB engine behind [`Store`].
+pub struct RocksStore {
+    db: Arc<DB>,
+    path: PathBuf,
+}
+
+fn io(e: rocksdb::Error) -> StoreError {
+    match e.kind() {
+        rocksdb::ErrorKind::Corruption => StoreError::Corruption(e.into_string()),
+        _ => StoreError::Io(e.into_string()),
+    }
+}
+
+impl RocksStore {
+    /// Opens (creating if needed) the store in `path`.
+    pub fn open(path: &Path, opts: &RocksOptions) -> Result<RocksStore> {
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(opts.background_jobs);
+        db_opts.set_enable_pipelined_write(true);
+        db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        db_opts.set_keep_log_file_num(4);
+        db_opts.set_max_total_wal_size(512 << 20);
+        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
+        let cfs: Vec<ColumnFamilyDescriptor> = Keyspace::ALL
+            .iter()
+            .map(|ks| ColumnFamilyDescriptor::new(ks.name(), cf_options(*ks, opts, &cache)))
+            .collect();
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(io)?;
+        Ok(RocksStore { db: Arc::new(db), path: path.to_path_buf() })
+    }
+
+    fn cf(&self, ks: Keyspace) -> &ColumnFamily {
+        cf_handle(&self.db, ks)
+    }
+}
+
+fn cf_handle(db: &DB, ks: Keyspace) -> &ColumnFamily {
+    // Every keyspace's column family is created at open (create_missing_column_families).
+    db.cf_handle(ks.name()).expect("column family created at open")
+}
+
+fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
+    let mut o = Options::default();
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    match ks {
+        // Point lookups by id dominate: a bloom filter makes misses cheap.
+        Keyspace::Docs | Keyspace::Bodies | Keyspace::Local => table.set_bloom_filter(10.0, false),
+        _ => {}
+    }
+    o.set_block_based_table_factory(&table);
+    o.set_write_buffer_size(opts.write_buffer_bytes);
+    o.set_compression_type(DBCompressionType::Lz4);
+    o
+}
+
+fn to_rocks_batch(db: &DB, batch: Batch) -> WriteBatch {
+    let mut wb = WriteBatch::default();
+    for op in batch.ops {
+        match op {
+            Op::Put(ks, k, v) => wb.put_cf(cf_handle(db, ks), k, v),
+            Op::Delete(ks, k) => wb.delete_cf(cf_handle(db, ks), k),
+            Op::DeleteRange(ks, from, to) => wb.delete_range_cf(cf_handle(db, ks), from, to),
+        }
+    }
+    wb
+}
+
+fn scan_iter<'a, I>(iter: I, from: &[u8], to: &[u8], reverse: bool, visit: &mut ScanFn<'_>) -> Result<()>
+where
+    I: Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a,
+{
+    for item in iter {
+        let (k, v) = item.map_err(io)?;
+        let inside = if reverse { &*k >= from } else { &*k < to };
+        if !inside || !visit(&k, &v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn bounded_read_options(from: &[u8], to: &[u8]) -> ReadOptions {
+    let mut ro = ReadOptions::default();
+    ro.set_iterate_lower_bound(from.to_vec());
+    ro.set_iterate_upper_bound(to.to_vec());
+    ro
+}
+
+fn mode<'k>(from: &'k [u8], to: &'k [u8], reverse: bool) -> IteratorMode<'k> {
+    if reverse {
+        // The upper bound in the read options makes End land below `to`.
+        let _ = to;
+        IteratorMode::End
+    } else {
+        IteratorMode::From(from, Direction::Forward)
+    }
+}
+
+/// A snapshot that owns its database handle.
+struct RocksSnapshot {
+    // Field order matters: `snap` borrows from `db` and is dropped first.
+    snap: SnapshotWithThreadMode<'static, DB>,
+    db: Arc<DB>,
+}
+
+impl RocksSnapshot {
+    fn new(db: Arc<DB>) -> RocksSnapshot {
+        let snap = db.snapshot();
+        // SAFETY: the snapshot borrows the DB behind the Arc, whose heap
+        // address never moves; we keep a clone of the Arc in the same struct
+        // and declare `snap` first so it is dropped (released) before the Arc.
+        let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
+        RocksSnapshot { snap, db }
+    }
+}
+
+impl Snapshot for RocksSnapshot {
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.snap.get_cf(cf_handle(&self.db, ks), key).map_err(io)
+    }
+
+    fn scan(&self, ks: Keyspace, from: &[u8], to: &[u8], reverse: bool, visit: &mut ScanFn<'_>) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let iter = self.snap.iterator_cf_opt(cf_handle(&self.db, ks), bounded_read_options(from, to), mode(from, to, reverse));
+        scan_iter(iter, from, to, reverse, visit)
+    }
+}
+
+impl Store for RocksStore {
+    fn write(&self, batch: Batch, sync: bool) -> Result<()> {
+        let wb = to_rocks_batch(&self.db, batch);
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(wb, &wo).map_err(io)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(io)
+    }
+
+    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get_cf(self.cf(ks), key).map_err(io)
+    }
+
+    fn multi_get(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let cf = self.cf(ks);
+        self.db
+            .batched_multi_get_cf(cf, keys.iter(), false)
+            .into_iter()
+            .map(|r| r.map(|o| o.map(|v| v.to_vec())).map_err(io))
+            .collect()
+    }
+
+    fn snapshot(&self) -> Arc<dyn Snapshot> {
+        Arc::new(RocksSnapshot::new(self.db.clone()))
+    }
+
+    fn compact_range(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> Result<()> {
+        self.db.compact_range_cf(self.cf(ks), Some(from), Some(to));
+        Ok(())
+    }
+
+    fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64 {
+        let sizes = self.db.get_approximate_sizes_cf(self.cf(ks), &[rocksdb::Range::new(from, to)]);
+        sizes.first().copied().unwrap_or(0)
+    }
+
+    fn disk_size(&self) -> u64 {
+        dir_size(&self.path)
+    }
+}
+
+fn dir_size(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_snapshot_scan_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = RocksStore::open(dir.path(), &RocksOptions::default()).unwrap();
+            let mut b = Batch::new();
+            for i in 0u8..10 {
+                b.put(Keyspace::Seqs, vec![i], vec![i * 2]);
+            }
+            s.write(b, true).unwrap();
+            let snap = s.snapshot();
+            let mut b = Batch::new();
+            b.delete_range(Keyspace::Seqs, vec![0], vec![5]);
+            s.write(b, false).unwrap();
+            let mut seen = Vec::new();
+            snap.scan(Keyspace::Seqs, &[2], &[6], true, &mut |k, _| {
+                seen.push(k[0]);
+                true
+            })
+            .unwrap();
+            assert_eq!(seen, vec![5, 4, 3, 2]);
+            let mut seen = Vec::new();
+            s.snapshot()
+                .scan(Keyspace::Seqs, &[0], &[9], false, &mut |k, _| {
+                    seen.push(k[0]);
+                    seen.len() < 2
+                })
+                .unwrap();
+            assert_eq!(seen, vec![5, 6]);
+            assert_eq!(s.multi_get(Keyspace::Seqs, &[&[1], &[7]]).unwrap(), vec![None, Some(vec![14])]);
+            s.sync().unwrap();
+        }
+        let s = RocksStore::open(dir.path(), &RocksOptions::default()).unwrap();
+        assert_eq!(s.get(Keyspace::Seqs, &[9]).unwrap(), Some(vec![18]));
+        assert_eq!(s.get(Keyspace::Seqs, &[1]).unwrap(), None);
+        assert!(s.disk_size() > 0);
+    }
+}
