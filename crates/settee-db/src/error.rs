@@ -25,9 +25,9 @@ pub enum Error {
     /// 400 bad_request.
     #[error("{0}")]
     BadRequest(String),
-    /// 409 conflict.
-    #[error("Document update conflict.")]
-    Conflict,
+    /// A single-document call whose document was refused.
+    #[error(transparent)]
+    Doc(#[from] DocFailure),
     /// 417: an all_or_nothing update in which some documents failed; nothing was written.
     #[error("all_or_nothing update failed; nothing was written")]
     AllOrNothingFailed(Vec<(String, DocFailure)>),

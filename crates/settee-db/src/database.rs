@@ -1,0 +1,364 @@
+//! A database handle: the embedded API for one database.
+//!
+//! Reads go straight to a storage snapshot ([`Reader`]); every mutation is
+//! sent to the database's single writer thread (see [`crate::writer`]) over a
+//! bounded queue, and the call waits for the group commit that carries it.
+//!
+//! Blocking methods must not be called from inside an async runtime; use the
+//! `*_async` variants there (the HTTP layer does).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
+use settee_core::doc::{Body, Doc};
+use settee_core::rev::Rev;
+use settee_store::{Keyspace, Store};
+use tokio::sync::{oneshot, watch};
+
+use crate::error::{DocFailure, Error, Result};
+use crate::keys::{self, DbId};
+use crate::options::{Durability, EngineOptions};
+use crate::poison::Poison;
+use crate::reader::Reader;
+use crate::records::{DbMeta, DbState};
+use crate::writer::{DocResult, PurgeOutcome, Request, UpdateReq};
+
+/// Documents per compaction step: the writer is held for one step at a time.
+const COMPACT_CHUNK_DOCS: usize = 512;
+
+/// State shared by a database's handles and its writer.
+pub(crate) struct Shared {
+    pub name: String,
+    pub db: DbId,
+    pub meta: DbMeta,
+    pub store: Arc<dyn Store>,
+    pub poison: Poison,
+    pub opts: Arc<EngineOptions>,
+    pub tx: Sender<Request>,
+    /// Counters as of the last commit.
+    pub state: Mutex<DbState>,
+    pub committed: Condvar,
+    pub seq_watch: watch::Sender<u64>,
+    pub deleted: AtomicBool,
+    pub compacting: AtomicBool,
+}
+
+impl Shared {
+    /// Publishes a committed state and wakes change waiters.
+    pub(crate) fn publish(&self, state: DbState) {
+        let seq = state.update_seq;
+        *self.state.lock() = state;
+        self.committed.notify_all();
+        self.seq_watch.send_replace(seq);
+    }
+}
+
+/// Options of an update call.
+#[derive(Debug, Clone, Copy)]
+pub struct UpdateOptions {
+    /// false: store the given revisions as they are (replication).
+    pub new_edits: bool,
+    /// Write all documents or none (none if any fails).
+    pub all_or_nothing: bool,
+    /// None: the database's default.
+    pub durability: Option<Durability>,
+}
+
+impl Default for UpdateOptions {
+    fn default() -> Self {
+        UpdateOptions { new_edits: true, all_or_nothing: false, durability: None }
+    }
+}
+
+/// Size figures of a database, as in CouchDB's `sizes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizes {
+    /// Bytes on disk attributable to this database (approximate).
+    pub file: u64,
+    /// Bytes of live data (approximate).
+    pub active: u64,
+    /// Bytes of the winning revisions' bodies.
+    pub external: u64,
+}
+
+/// What `info()` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbInfo {
+    pub name: String,
+    pub doc_count: u64,
+    pub doc_del_count: u64,
+    pub update_seq: u64,
+    pub purge_seq: u64,
+    pub sizes: Sizes,
+    pub compact_running: bool,
+    /// Microseconds since the epoch when the database was created.
+    pub instance_start_time: String,
+    pub revs_limit: u64,
+}
+
+/// A handle on one database; cheap to clone.
+#[derive(Clone)]
+pub struct Database {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("name", &self.shared.name).finish()
+    }
+}
+
+fn recv<T>(rx: oneshot::Receiver<Result<T>>) -> Result<T> {
+    rx.blocking_recv().map_err(|_| Error::Closed)?
+}
+
+async fn recv_async<T>(rx: oneshot::Receiver<Result<T>>) -> Result<T> {
+    rx.await.map_err(|_| Error::Closed)?
+}
+
+impl Database {
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn check(&self) -> Result<()> {
+        self.shared.poison.check()?;
+        if self.shared.deleted.load(Ordering::Acquire) {
+            return Err(Error::NotFound("Database does not exist."));
+        }
+        Ok(())
+    }
+
+    fn send(&self, req: Request) -> Result<()> {
+        self.check()?;
+        self.shared.tx.send(req).map_err(|_| Error::Closed)
+    }
+
+    /// A snapshot reader: everything it reads is one consistent state.
+    pub fn reader(&self) -> Result<Reader> {
+        self.check()?;
+        Ok(Reader { db: self.shared.db, snap: self.shared.store.snapshot(), poison: self.shared.poison.clone() })
+    }
+
+    fn update_request(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<(Option<oneshot::Receiver<Result<Vec<DocResult>>>>, usize)> {
+        if docs.len() > self.shared.opts.update_docs_max {
+            return Err(Error::BadRequest(format!("too many documents in one request (limit {})", self.shared.opts.update_docs_max)));
+        }
+        let durability = opts.durability.unwrap_or(self.shared.opts.default_durability);
+        let n = docs.len();
+        let (reply, rx) = if durability == Durability::Batch {
+            (None, None)
+        } else {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        };
+        self.send(Request::Update(UpdateReq { docs, new_edits: opts.new_edits, all_or_nothing: opts.all_or_nothing, durability, reply }))?;
+        Ok((rx, n))
+    }
+
+    /// Applies documents; one result per document, in input order. In batch
+    /// mode the call returns at once with an empty vector.
+    pub fn update(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<DocResult>> {
+        match self.update_request(docs, opts)? {
+            (Some(rx), _) => recv(rx),
+            (None, _) => Ok(Vec::new()),
+        }
+    }
+
+    /// Async form of [`Database::update`].
+    pub async fn update_async(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<DocResult>> {
+        match self.update_request(docs, opts)? {
+            (Some(rx), _) => recv_async(rx).await,
+            (None, _) => Ok(Vec::new()),
+        }
+    }
+
+    /// Writes one document; a refused document is an error.
+    pub fn put(&self, doc: Doc) -> Result<Rev> {
+        let mut results = self.update(vec![doc], UpdateOptions::default())?;
+        match results.pop() {
+            Some(Ok(rev)) => Ok(rev),
+            Some(Err(f)) => Err(Error::Doc(f)),
+            None => Err(Error::Closed),
+        }
+    }
+
+    fn local_request(&self, id: &str, rev: Option<String>, body: Option<Body>, durability: Option<Durability>) -> Result<oneshot::Receiver<Result<std::result::Result<String, DocFailure>>>> {
+        let (tx, rx) = oneshot::channel();
+        let durability = durability.unwrap_or(self.shared.opts.default_durability);
+        // Local documents are never buffered: batch mode means delayed here.
+        let durability = if durability == Durability::Batch { Durability::Delayed } else { durability };
+        self.send(Request::Local { id: id.to_string(), rev, body, durability, reply: tx })?;
+        Ok(rx)
+    }
+
+    /// Writes (`body` Some) or deletes a `_local` document; returns its new rev.
+    pub fn put_local(&self, id: &str, rev: Option<String>, body: Option<Body>, durability: Option<Durability>) -> Result<std::result::Result<String, DocFailure>> {
+        recv(self.local_request(id, rev, body, durability)?)
+    }
+
+    pub async fn put_local_async(&self, id: &str, rev: Option<String>, body: Option<Body>, durability: Option<Durability>) -> Result<std::result::Result<String, DocFailure>> {
+        recv_async(self.local_request(id, rev, body, durability)?).await
+    }
+
+    fn flush_request(&self) -> Result<oneshot::Receiver<Result<()>>> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Flush(tx))?;
+        Ok(rx)
+    }
+
+    /// Applies buffered batch-mode updates and makes every acknowledged
+    /// update durable (`_ensure_full_commit`).
+    pub fn ensure_full_commit(&self) -> Result<()> {
+        recv(self.flush_request()?)
+    }
+
+    pub async fn ensure_full_commit_async(&self) -> Result<()> {
+        recv_async(self.flush_request()?).await
+    }
+
+    pub fn set_revs_limit(&self, limit: u64) -> Result<()> {
+        if limit == 0 {
+            return Err(Error::BadRequest("revs_limit must be a positive integer".into()));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::SetRevsLimit(limit, tx))?;
+        recv(rx)
+    }
+
+    pub async fn set_revs_limit_async(&self, limit: u64) -> Result<()> {
+        if limit == 0 {
+            return Err(Error::BadRequest("revs_limit must be a positive integer".into()));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::SetRevsLimit(limit, tx))?;
+        recv_async(rx).await
+    }
+
+    pub fn revs_limit(&self) -> u64 {
+        self.shared.state.lock().revs_limit
+    }
+
+    /// Removes revisions entirely (CouchDB `_purge`).
+    pub fn purge(&self, reqs: Vec<(String, Vec<Rev>)>) -> Result<PurgeOutcome> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Purge(reqs, tx))?;
+        recv(rx)
+    }
+
+    pub async fn purge_async(&self, reqs: Vec<(String, Vec<Rev>)>) -> Result<PurgeOutcome> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Purge(reqs, tx))?;
+        recv_async(rx).await
+    }
+
+    /// Current counters and sizes.
+    pub fn info(&self) -> Result<DbInfo> {
+        self.check()?;
+        let s = self.shared.state.lock().clone();
+        let (lo, hi) = keys::db_range(self.shared.db);
+        let store = &self.shared.store;
+        let file: u64 = Keyspace::ALL.iter().map(|ks| store.approximate_size(*ks, &lo, &hi)).sum();
+        let active = store.approximate_size(Keyspace::Docs, &lo, &hi) + s.external_bytes;
+        Ok(DbInfo {
+            name: self.shared.name.clone(),
+            doc_count: s.doc_count,
+            doc_del_count: s.doc_del_count,
+            update_seq: s.update_seq,
+            purge_seq: s.purge_seq,
+            sizes: Sizes { file: file.max(active), active, external: s.external_bytes },
+            compact_running: self.shared.compacting.load(Ordering::Acquire),
+            instance_start_time: self.shared.meta.created_us.to_string(),
+            revs_limit: s.revs_limit,
+        })
+    }
+
+    /// The latest committed update sequence.
+    pub fn update_seq(&self) -> u64 {
+        self.shared.state.lock().update_seq
+    }
+
+    /// A watch on the committed update sequence (for longpoll/continuous feeds).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.seq_watch.subscribe()
+    }
+
+    /// Blocks until the update sequence exceeds `since` or `timeout` passes;
+    /// returns the current update sequence.
+    pub fn wait_for_change(&self, since: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.state.lock();
+        while state.update_seq <= since && !self.shared.deleted.load(Ordering::Acquire) {
+            if self.shared.committed.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        state.update_seq
+    }
+
+    /// Starts compaction in the background: drops the bodies of non-leaf
+    /// revisions in small steps (the writer is held one step at a time) and
+    /// then asks the storage engine to reclaim space. Returns false if a
+    /// compaction is already running.
+    pub fn compact(&self) -> Result<bool> {
+        self.check()?;
+        if self.shared.compacting.swap(true, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let db = self.clone();
+        std::thread::Builder::new()
+            .name(format!("compact-{}", self.shared.db))
+            .spawn(move || {
+                if let Err(e) = db.compact_now() {
+                    tracing::error!(db = %db.name(), error = %e, "compaction failed");
+                }
+                db.shared.compacting.store(false, Ordering::Release);
+            })
+            .map_err(|e| Error::BadRequest(format!("cannot start compaction: {e}")))?;
+        Ok(true)
+    }
+
+    /// Compacts in the calling thread.
+    pub fn compact_now(&self) -> Result<()> {
+        let reader = self.reader()?;
+        let mut chunk = Vec::with_capacity(COMPACT_CHUNK_DOCS);
+        let mut failure = None;
+        reader.scan_records(&mut |id, rec| {
+            if !rec.tree.non_leaf_bodies().is_empty() {
+                chunk.push(id.to_string());
+            }
+            if chunk.len() >= COMPACT_CHUNK_DOCS {
+                if let Err(e) = self.compact_chunk(std::mem::take(&mut chunk)) {
+                    failure = Some(e);
+                    return false;
+                }
+            }
+            true
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if !chunk.is_empty() {
+            self.compact_chunk(chunk)?;
+        }
+        let (lo, hi) = keys::db_range(self.shared.db);
+        for ks in Keyspace::ALL {
+            self.shared.poison.guard(self.shared.store.compact_range(ks, &lo, &hi))?;
+        }
+        Ok(())
+    }
+
+    fn compact_chunk(&self, ids: Vec<String>) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Compact(ids, tx))?;
+        recv(rx)
+    }
+
+    pub fn is_compacting(&self) -> bool {
+        self.shared.compacting.load(Ordering::Acquire)
+    }
+}
+

@@ -1,0 +1,228 @@
+//! The engine: a data directory holding any number of databases in one
+//! store, with the catalog of their names.
+//!
+//! Invariants:
+//! - A database name maps to a database id in the catalog; ids are never
+//!   reused, so a deleted database's keys (removed by range deletes in the
+//!   same atomic batch as its catalog entry) can never leak into a new one.
+//! - Each open database has exactly one writer thread; handles to a deleted
+//!   database fail with not_found.
+//! - Creation and deletion are durable (fsynced) before they return.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+use settee_core::name::validate_db_name;
+use settee_store::rocks::RocksStore;
+use settee_store::{Batch, Keyspace, Store};
+use tokio::sync::{oneshot, watch};
+
+use crate::database::{Database, Shared};
+use crate::error::{Error, Result};
+use crate::keys::{self, DbId};
+use crate::options::EngineOptions;
+use crate::poison::Poison;
+use crate::records::{decode, encode, DbMeta, DbState};
+use crate::writer::{Request, Writer};
+
+struct OpenDb {
+    shared: Arc<Shared>,
+    writer: std::thread::JoinHandle<()>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    poison: Poison,
+    opts: Arc<EngineOptions>,
+    /// Open databases by name. Also serializes create/delete.
+    open: Mutex<HashMap<String, OpenDb>>,
+    shut_down: AtomicBool,
+}
+
+/// The document engine; cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Engine {
+    /// Opens (creating if needed) the engine in `dir` on RocksDB.
+    pub fn open(dir: &Path, opts: EngineOptions) -> Result<Engine> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Storage(settee_store::StoreError::Io(e.to_string())))?;
+        let store = RocksStore::open(&dir.join("store"), &opts.rocks)?;
+        Ok(Engine::with_store(Arc::new(store), opts))
+    }
+
+    /// An engine over any store (in-memory and fault-injecting ones in tests).
+    pub fn with_store(store: Arc<dyn Store>, opts: EngineOptions) -> Engine {
+        Engine {
+            inner: Arc::new(Inner {
+                store,
+                poison: Poison::default(),
+                opts: Arc::new(opts),
+                open: Mutex::new(HashMap::new()),
+                shut_down: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.opts
+    }
+
+    /// Fails if the engine is poisoned or shut down.
+    pub fn check(&self) -> Result<()> {
+        self.inner.poison.check()?;
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn read_meta(&self, name: &str) -> Result<Option<DbMeta>> {
+        let v = self.inner.poison.guard(self.inner.store.get(Keyspace::Meta, &keys::catalog(name)))?;
+        v.map(|b| decode(&b, "catalog entry")).transpose()
+    }
+
+    /// Creates a database; `DbExists` if it exists.
+    pub fn create_db(&self, name: &str) -> Result<Database> {
+        validate_db_name(name)?;
+        self.check()?;
+        let mut open = self.inner.open.lock();
+        if open.contains_key(name) || self.read_meta(name)?.is_some() {
+            return Err(Error::DbExists);
+        }
+        let next = self.inner.poison.guard(self.inner.store.get(Keyspace::Meta, keys::META_NEXT_DB_ID))?;
+        let id: DbId = match next {
+            Some(b) => decode(&b, "next db id")?,
+            None => 1,
+        };
+        let meta = DbMeta { id, created_us: now_us() };
+        let state = DbState::default();
+        let mut batch = Batch::new();
+        batch.put(Keyspace::Meta, keys::META_NEXT_DB_ID.to_vec(), encode(&(id + 1)));
+        batch.put(Keyspace::Meta, keys::catalog(name), encode(&meta));
+        batch.put(Keyspace::Meta, keys::state(id), encode(&state));
+        self.inner.poison.guard(self.inner.store.write(batch, true))?;
+        Ok(self.start(&mut open, name, meta, state))
+    }
+
+    /// Opens an existing database; not_found if it does not exist.
+    pub fn db(&self, name: &str) -> Result<Database> {
+        self.check()?;
+        let mut open = self.inner.open.lock();
+        if let Some(o) = open.get(name) {
+            return Ok(Database { shared: o.shared.clone() });
+        }
+        let meta = self.read_meta(name)?.ok_or(Error::NotFound("Database does not exist."))?;
+        let state = match self.inner.poison.guard(self.inner.store.get(Keyspace::Meta, &keys::state(meta.id)))? {
+            Some(b) => decode(&b, "database state")?,
+            None => return Err(Error::Corrupt(format!("database {name} has no state record"))),
+        };
+        Ok(self.start(&mut open, name, meta, state))
+    }
+
+    fn start(&self, open: &mut HashMap<String, OpenDb>, name: &str, meta: DbMeta, state: DbState) -> Database {
+        let (tx, rx) = crossbeam_channel::bounded(self.inner.opts.writer_queue_max);
+        let shared = Arc::new(Shared {
+            name: name.to_string(),
+            db: meta.id,
+            meta,
+            store: self.inner.store.clone(),
+            poison: self.inner.poison.clone(),
+            opts: self.inner.opts.clone(),
+            tx,
+            seq_watch: watch::channel(state.update_seq).0,
+            state: Mutex::new(state.clone()),
+            committed: Condvar::new(),
+            deleted: AtomicBool::new(false),
+            compacting: AtomicBool::new(false),
+        });
+        let writer = Writer::new(shared.clone(), rx, state);
+        let handle = std::thread::Builder::new()
+            .name(format!("writer-{}", shared.db))
+            .spawn(move || writer.run())
+            // Failing to start a thread means the process is out of resources.
+            .expect("spawn database writer thread");
+        open.insert(name.to_string(), OpenDb { shared: shared.clone(), writer: handle });
+        Database { shared }
+    }
+
+    /// Deletes a database and all its data; not_found if it does not exist.
+    pub fn delete_db(&self, name: &str) -> Result<()> {
+        validate_db_name(name)?;
+        self.check()?;
+        let mut open = self.inner.open.lock();
+        let meta = self.read_meta(name)?.ok_or(Error::NotFound("Database does not exist."))?;
+        if let Some(o) = open.remove(name) {
+            o.shared.deleted.store(true, Ordering::Release);
+            stop_writer(o);
+        }
+        let (lo, hi) = keys::db_range(meta.id);
+        let mut batch = Batch::new();
+        batch.delete(Keyspace::Meta, keys::catalog(name));
+        batch.delete(Keyspace::Meta, keys::state(meta.id));
+        for ks in [Keyspace::Docs, Keyspace::Seqs, Keyspace::Bodies, Keyspace::Local, Keyspace::Purges] {
+            batch.delete_range(ks, lo.clone(), hi.clone());
+        }
+        self.inner.poison.guard(self.inner.store.write(batch, true))?;
+        Ok(())
+    }
+
+    /// All database names, sorted.
+    pub fn list_dbs(&self) -> Result<Vec<String>> {
+        self.check()?;
+        let snap = self.inner.store.snapshot();
+        let mut names = Vec::new();
+        let mut hi = keys::META_DB_PREFIX.to_vec();
+        *hi.last_mut().expect("non-empty prefix") += 1;
+        self.inner.poison.guard(snap.scan(Keyspace::Meta, keys::META_DB_PREFIX, &hi, false, &mut |k, _| {
+            names.push(String::from_utf8_lossy(&k[keys::META_DB_PREFIX.len()..]).into_owned());
+            true
+        }))?;
+        Ok(names)
+    }
+
+    pub fn db_exists(&self, name: &str) -> Result<bool> {
+        Ok(self.inner.open.lock().contains_key(name) || self.read_meta(name)?.is_some())
+    }
+
+    /// Makes every write so far durable.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.poison.check()?;
+        self.inner.poison.guard(self.inner.store.sync())
+    }
+
+    /// Flushes every database's buffered and delayed writes and stops the
+    /// writers. Later calls fail with `Closed`.
+    pub fn shutdown(&self) {
+        self.inner.shut_down.store(true, Ordering::Release);
+        let dbs: Vec<OpenDb> = self.inner.open.lock().drain().map(|(_, o)| o).collect();
+        for o in dbs {
+            stop_writer(o);
+        }
+    }
+}
+
+/// Asks a writer to flush and stop, and waits for it.
+fn stop_writer(o: OpenDb) {
+    let (tx, rx) = oneshot::channel();
+    if o.shared.tx.send(Request::Shutdown(tx)).is_ok() {
+        drop(rx.blocking_recv());
+    }
+    drop(o.writer.join());
+}

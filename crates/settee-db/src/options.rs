@@ -1,0 +1,57 @@
+//! Engine settings, with their bounds.
+
+use settee_store::rocks::RocksOptions;
+
+/// How durable an update must be before the call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Returns after the batch holding the update is fsynced: survives a
+    /// process crash, an OS crash and power loss.
+    Full,
+    /// Returns after the update is applied and handed to the OS: survives a
+    /// process crash at once; survives an OS crash or power loss after the
+    /// next flush, at most `delayed_flush_ms` later or at `ensure_full_commit`.
+    Delayed,
+    /// Returns at once (HTTP answers 202). The update is applied, with an
+    /// fsync, within `batch_flush_ms` or when `batch_docs_max` documents are
+    /// buffered; a crash before that loses it, and failures are only logged.
+    Batch,
+}
+
+/// Settings of an [`crate::Engine`].
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Durability of updates that do not choose one (CouchDB's `delayed_commits`).
+    pub default_durability: Durability,
+    /// Largest document body accepted (CouchDB's `max_document_size`).
+    pub max_document_bytes: usize,
+    /// Delayed-commit updates are fsynced at most this long after they return.
+    pub delayed_flush_ms: u64,
+    /// Batch-mode updates are applied at most this long after they return.
+    pub batch_flush_ms: u64,
+    /// Batch-mode updates are applied as soon as this many are buffered.
+    pub batch_docs_max: usize,
+    /// Requests waiting for a database's writer; callers block (or wait) beyond it.
+    pub writer_queue_max: usize,
+    /// Documents the writer gathers into one group commit (a request is never split).
+    pub group_docs_max: usize,
+    /// Documents accepted in one update request.
+    pub update_docs_max: usize,
+    pub rocks: RocksOptions,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            default_durability: Durability::Full,
+            max_document_bytes: 8_000_000,
+            delayed_flush_ms: 1000,
+            batch_flush_ms: 1000,
+            batch_docs_max: 1000,
+            writer_queue_max: 4096,
+            group_docs_max: 20_000,
+            update_docs_max: 100_000,
+            rocks: RocksOptions::default(),
+        }
+    }
+}

@@ -1,0 +1,627 @@
+//! The single writer of one database, with group commit.
+//!
+//! Invariants:
+//! - **One writer per database.** Every mutation of the database's keys
+//!   (documents, local docs, purge, compaction, revs_limit) is a
+//!   [`Request`] executed by this thread; nothing else writes them.
+//! - **Group commit.** The writer takes every queued request (up to
+//!   `group_docs_max` documents, never splitting a request), applies them in
+//!   arrival order to one storage batch, writes it atomically, and fsyncs
+//!   once if any request in the group needs it. Only then are replies sent:
+//!   a full-commit reply means durable.
+//! - **Durability modes** (see [`Durability`]): delayed-commit groups are
+//!   fsynced within `delayed_flush_ms`; batch-mode documents are buffered and
+//!   applied (with an fsync) within `batch_flush_ms` or at `batch_docs_max`.
+//! - **Stop on the first storage error.** A failed write or fsync poisons the
+//!   engine; the whole group fails and nothing is retried.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use settee_core::doc::{Body, Doc};
+use settee_core::rev::Rev;
+use settee_core::revtree::RevTree;
+use settee_store::{Batch, Keyspace};
+use tokio::sync::oneshot;
+
+use crate::database::Shared;
+use crate::error::{DocFailure, Error, Result};
+use crate::keys::{self, DbId};
+use crate::options::Durability;
+use crate::records::{decode, encode, DbState, DocRecord, LocalRecord, PurgeRecord, SeqRecord};
+use crate::update::{self, Edit};
+
+/// The outcome of one document of an update: its new (or existing) rev.
+pub type DocResult = std::result::Result<Rev, DocFailure>;
+
+/// What `purge` did: the new purge_seq and, per document, the revisions removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeOutcome {
+    pub purge_seq: u64,
+    pub purged: Vec<(String, Vec<Rev>)>,
+}
+
+pub(crate) struct UpdateReq {
+    pub docs: Vec<Doc>,
+    pub new_edits: bool,
+    pub all_or_nothing: bool,
+    pub durability: Durability,
+    /// None for batch mode: nobody waits.
+    pub reply: Option<oneshot::Sender<Result<Vec<DocResult>>>>,
+}
+
+pub(crate) enum Request {
+    Update(UpdateReq),
+    Local {
+        id: String,
+        rev: Option<String>,
+        /// None deletes the document.
+        body: Option<Body>,
+        durability: Durability,
+        reply: oneshot::Sender<Result<std::result::Result<String, DocFailure>>>,
+    },
+    /// Apply buffered batch-mode updates and fsync everything (`_ensure_full_commit`).
+    Flush(oneshot::Sender<Result<()>>),
+    SetRevsLimit(u64, oneshot::Sender<Result<()>>),
+    Purge(Vec<(String, Vec<Rev>)>, oneshot::Sender<Result<PurgeOutcome>>),
+    /// Drop the bodies of non-leaf revisions of these documents.
+    Compact(Vec<String>, oneshot::Sender<Result<()>>),
+    /// Flush everything and stop.
+    Shutdown(oneshot::Sender<()>),
+}
+
+impl Request {
+    fn doc_count(&self) -> usize {
+        match self {
+            Request::Update(u) => u.docs.len(),
+            Request::Purge(p, _) => p.len(),
+            Request::Compact(ids, _) => ids.len(),
+            _ => 1,
+        }
+    }
+}
+
+/// A reply to send once the group is committed.
+enum Reply {
+    Update(oneshot::Sender<Result<Vec<DocResult>>>, Result<Vec<DocResult>>),
+    Local(oneshot::Sender<Result<std::result::Result<String, DocFailure>>>, std::result::Result<String, DocFailure>),
+    Unit(oneshot::Sender<Result<()>>),
+    Purge(oneshot::Sender<Result<PurgeOutcome>>, PurgeOutcome),
+    Shutdown(oneshot::Sender<()>),
+}
+
+impl Reply {
+    fn send(self, failure: Option<&Error>) {
+        // A caller that gave up waiting dropped its receiver; that is fine.
+        match (self, failure) {
+            (Reply::Update(tx, r), None) => drop(tx.send(r)),
+            (Reply::Update(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Local(tx, r), None) => drop(tx.send(Ok(r))),
+            (Reply::Local(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Unit(tx), None) => drop(tx.send(Ok(()))),
+            (Reply::Unit(tx), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Purge(tx, r), None) => drop(tx.send(Ok(r))),
+            (Reply::Purge(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Shutdown(tx), _) => drop(tx.send(())),
+        }
+    }
+}
+
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    rx: Receiver<Request>,
+    state: DbState,
+    /// Batch-mode updates waiting to be applied, and when the first arrived.
+    buffered: Vec<UpdateReq>,
+    buffered_docs: usize,
+    buffered_since: Option<Instant>,
+    /// When the oldest write not yet fsynced was made.
+    unsynced_since: Option<Instant>,
+}
+
+impl Writer {
+    pub(crate) fn new(shared: Arc<Shared>, rx: Receiver<Request>, state: DbState) -> Writer {
+        Writer { shared, rx, state, buffered: Vec::new(), buffered_docs: 0, buffered_since: None, unsynced_since: None }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let opts = &self.shared.opts;
+        let batch = self.buffered_since.map(|t| t + Duration::from_millis(opts.batch_flush_ms));
+        let delayed = self.unsynced_since.map(|t| t + Duration::from_millis(opts.delayed_flush_ms));
+        match (batch, delayed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The writer thread's loop. Returns when shut down or when every
+    /// handle is gone, after flushing buffered and delayed writes.
+    pub(crate) fn run(mut self) {
+        loop {
+            let first = match self.next_deadline() {
+                Some(d) => self.rx.recv_deadline(d),
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            let mut group = Vec::new();
+            let disconnected = match first {
+                Ok(req) => {
+                    group.push(req);
+                    false
+                }
+                Err(RecvTimeoutError::Timeout) => false,
+                Err(RecvTimeoutError::Disconnected) => true,
+            };
+            let mut docs: usize = group.iter().map(Request::doc_count).sum();
+            while docs < self.shared.opts.group_docs_max {
+                match self.rx.try_recv() {
+                    Ok(req) => {
+                        docs += req.doc_count();
+                        group.push(req);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let stop = disconnected || group.iter().any(|r| matches!(r, Request::Shutdown(_)));
+            self.process(group, stop);
+            if stop {
+                return;
+            }
+        }
+    }
+
+    /// Applies one group: buffers batch-mode updates, commits the rest (and
+    /// any buffered updates that are due) in one storage batch.
+    fn process(&mut self, group: Vec<Request>, stop: bool) {
+        let now = Instant::now();
+        let mut todo = Vec::with_capacity(group.len());
+        let mut flush_all = stop;
+        for req in group {
+            match req {
+                Request::Update(u) if u.durability == Durability::Batch => {
+                    self.buffered_docs += u.docs.len();
+                    self.buffered_since.get_or_insert(now);
+                    self.buffered.push(u);
+                }
+                Request::Flush(_) | Request::Shutdown(_) => {
+                    flush_all = true;
+                    todo.push(req);
+                }
+                other => todo.push(other),
+            }
+        }
+        let opts = &self.shared.opts;
+        let batch_due = self.buffered_docs >= opts.batch_docs_max
+            || self.buffered_since.is_some_and(|t| now >= t + Duration::from_millis(opts.batch_flush_ms));
+        let mut buffered = Vec::new();
+        if (batch_due || flush_all) && !self.buffered.is_empty() {
+            buffered = std::mem::take(&mut self.buffered);
+            self.buffered_docs = 0;
+            self.buffered_since = None;
+        }
+        let delayed_due = self.unsynced_since.is_some_and(|t| now >= t + Duration::from_millis(opts.delayed_flush_ms));
+        if todo.is_empty() && buffered.is_empty() {
+            if delayed_due {
+                self.sync_now();
+            }
+            return;
+        }
+        self.commit(buffered, todo, flush_all || delayed_due);
+    }
+
+    fn sync_now(&mut self) {
+        let r = self.shared.poison.guard(self.shared.store.sync());
+        if r.is_ok() {
+            self.unsynced_since = None;
+        }
+    }
+
+    fn commit(&mut self, buffered: Vec<UpdateReq>, todo: Vec<Request>, force_sync: bool) {
+        if let Err(e) = self.shared.poison.check() {
+            fail_all(buffered, todo, &e);
+            return;
+        }
+        let mut ctx = Ctx::new(&self.shared, self.state.clone());
+        let mut replies = Vec::with_capacity(todo.len());
+        let mut sync = force_sync || !buffered.is_empty();
+        let load = ctx.preload(buffered.iter().chain(todo.iter().filter_map(|r| match r {
+            Request::Update(u) => Some(u),
+            _ => None,
+        })));
+        if let Err(e) = load {
+            fail_all(buffered, todo, &e);
+            return;
+        }
+        for u in buffered {
+            // Nobody waits for batch-mode results; failures are only logged.
+            for (doc, r) in u.docs.iter().zip(ctx.update(&u)) {
+                if let Err(f) = r {
+                    tracing::warn!(db = %self.shared.name, id = %doc.id, error = %f, "batch=ok update failed");
+                }
+            }
+        }
+        for req in todo {
+            match req {
+                Request::Update(u) => {
+                    sync |= u.durability == Durability::Full;
+                    let results = ctx.update_request(&u);
+                    if let Some(tx) = u.reply {
+                        replies.push(Reply::Update(tx, results));
+                    }
+                }
+                Request::Local { id, rev, body, durability, reply } => {
+                    sync |= durability == Durability::Full;
+                    let r = ctx.local(&id, rev.as_deref(), body);
+                    match r {
+                        Ok(r) => replies.push(Reply::Local(reply, r)),
+                        Err(e) => drop(reply.send(Err(e))),
+                    }
+                }
+                Request::Flush(tx) => {
+                    sync = true;
+                    replies.push(Reply::Unit(tx));
+                }
+                Request::SetRevsLimit(n, tx) => {
+                    sync = true;
+                    ctx.state.revs_limit = n;
+                    ctx.state_dirty = true;
+                    replies.push(Reply::Unit(tx));
+                }
+                Request::Purge(reqs, tx) => {
+                    sync = true;
+                    match ctx.purge(reqs) {
+                        Ok(outcome) => replies.push(Reply::Purge(tx, outcome)),
+                        Err(e) => drop(tx.send(Err(e))),
+                    }
+                }
+                Request::Compact(ids, tx) => match ctx.compact(&ids) {
+                    Ok(()) => replies.push(Reply::Unit(tx)),
+                    Err(e) => drop(tx.send(Err(e))),
+                },
+                Request::Shutdown(tx) => {
+                    sync = true;
+                    replies.push(Reply::Shutdown(tx));
+                }
+            }
+        }
+        let Ctx { state, state_dirty, batch, .. } = ctx;
+        let wrote_anything = !batch.is_empty() || state_dirty;
+        let result = if wrote_anything {
+            let mut batch = batch;
+            batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
+            self.shared.poison.guard(self.shared.store.write(batch, sync))
+        } else if sync && self.unsynced_since.is_some() {
+            self.shared.poison.guard(self.shared.store.sync())
+        } else {
+            Ok(())
+        };
+        match result {
+            Ok(()) => {
+                if sync {
+                    self.unsynced_since = None;
+                } else if wrote_anything {
+                    self.unsynced_since.get_or_insert_with(Instant::now);
+                }
+                self.state = state.clone();
+                self.shared.publish(state);
+                for r in replies {
+                    r.send(None);
+                }
+            }
+            Err(e) => {
+                for r in replies {
+                    r.send(Some(&e));
+                }
+            }
+        }
+    }
+}
+
+fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
+    drop(buffered);
+    for req in todo {
+        match req {
+            Request::Update(u) => {
+                if let Some(tx) = u.reply {
+                    drop(tx.send(Err(e.clone())));
+                }
+            }
+            Request::Local { reply, .. } => drop(reply.send(Err(e.clone()))),
+            Request::Flush(tx) | Request::SetRevsLimit(_, tx) | Request::Compact(_, tx) => drop(tx.send(Err(e.clone()))),
+            Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),
+            Request::Shutdown(tx) => drop(tx.send(())),
+        }
+    }
+}
+
+/// The state of one group commit being assembled.
+struct Ctx<'a> {
+    shared: &'a Shared,
+    db: DbId,
+    state: DbState,
+    state_dirty: bool,
+    /// Every document record read or written in this group (None: absent).
+    records: HashMap<String, Option<DocRecord>>,
+    locals: HashMap<String, Option<LocalRecord>>,
+    batch: Batch,
+}
+
+/// Where a document stands for the doc counts.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Presence {
+    Absent,
+    Live,
+    Deleted,
+}
+
+fn presence(tree: Option<&RevTree>) -> Presence {
+    match tree.and_then(RevTree::winner) {
+        None => Presence::Absent,
+        Some(w) if w.deleted => Presence::Deleted,
+        Some(_) => Presence::Live,
+    }
+}
+
+/// Undo information for an all_or_nothing request.
+struct Checkpoint {
+    state: DbState,
+    ops: usize,
+    records: Vec<(String, Option<DocRecord>)>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(shared: &'a Shared, state: DbState) -> Ctx<'a> {
+        Ctx {
+            shared,
+            db: shared.db,
+            state,
+            state_dirty: false,
+            records: HashMap::new(),
+            locals: HashMap::new(),
+            batch: Batch::new(),
+        }
+    }
+
+    /// Loads the records of every document the group's updates touch, in
+    /// one batched read.
+    fn preload<'u>(&mut self, updates: impl Iterator<Item = &'u UpdateReq>) -> Result<()> {
+        let mut ids: Vec<&str> = Vec::new();
+        for u in updates {
+            ids.extend(u.docs.iter().map(|d| d.id.as_str()));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let keys: Vec<Vec<u8>> = ids.iter().map(|id| keys::doc(self.db, id)).collect();
+        let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let values = self.shared.poison.guard(self.shared.store.multi_get(Keyspace::Docs, &key_refs))?;
+        for (id, v) in ids.into_iter().zip(values) {
+            let rec = v.map(|b| DocRecord::decode(&b)).transpose()?;
+            self.records.insert(id.to_string(), rec);
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, id: &str) -> Result<Option<DocRecord>> {
+        if let Some(r) = self.records.get(id) {
+            return Ok(r.clone());
+        }
+        let v = self.shared.poison.guard(self.shared.store.get(Keyspace::Docs, &keys::doc(self.db, id)))?;
+        let rec = v.map(|b| DocRecord::decode(&b)).transpose()?;
+        self.records.insert(id.to_string(), rec.clone());
+        Ok(rec)
+    }
+
+    /// One update request, honouring all_or_nothing.
+    fn update_request(&mut self, u: &UpdateReq) -> Result<Vec<DocResult>> {
+        if !u.all_or_nothing {
+            return Ok(self.update(u));
+        }
+        let cp = Checkpoint {
+            state: self.state.clone(),
+            ops: self.batch.ops.len(),
+            records: u.docs.iter().map(|d| (d.id.clone(), self.records.get(&d.id).cloned().flatten())).collect(),
+        };
+        let results = self.update(u);
+        let failures: Vec<(String, DocFailure)> = u
+            .docs
+            .iter()
+            .zip(&results)
+            .filter_map(|(d, r)| r.as_ref().err().map(|f| (d.id.clone(), f.clone())))
+            .collect();
+        if failures.is_empty() {
+            return Ok(results);
+        }
+        self.state = cp.state;
+        self.batch.ops.truncate(cp.ops);
+        for (id, rec) in cp.records {
+            self.records.insert(id, rec);
+        }
+        Err(Error::AllOrNothingFailed(failures))
+    }
+
+    /// Applies each document of a request; failures affect only their document.
+    fn update(&mut self, u: &UpdateReq) -> Vec<DocResult> {
+        u.docs.iter().map(|doc| self.update_doc(doc, u.new_edits)).collect()
+    }
+
+    fn update_doc(&mut self, doc: &Doc, new_edits: bool) -> DocResult {
+        if doc.body.len() > self.shared.opts.max_document_bytes {
+            return Err(DocFailure::TooLarge(doc.body.len()));
+        }
+        let old = self.records.get(&doc.id).cloned().flatten();
+        let limit = usize::try_from(self.state.revs_limit).unwrap_or(usize::MAX);
+        match update::apply(old.as_ref().map(|r| &r.tree), doc, new_edits, limit)? {
+            Edit::Unchanged { rev } => Ok(rev),
+            Edit::Changed { tree, rev, stemmed } => {
+                let db = self.db;
+                self.batch.put(Keyspace::Bodies, keys::body(db, &doc.id, rev.pos, &rev.hash), doc.body.as_str().as_bytes().to_vec());
+                for n in stemmed.iter().filter(|n| n.has_body) {
+                    self.batch.delete(Keyspace::Bodies, keys::body(db, &doc.id, n.rev.pos, &n.rev.hash));
+                }
+                let winner_bytes = self.winner_bytes(&doc.id, old.as_ref(), &tree, &rev, doc.body.len() as u64);
+                self.put_record(&doc.id, old.as_ref(), tree, winner_bytes);
+                Ok(rev)
+            }
+        }
+    }
+
+    /// Body size of the new winner, for `sizes.external`.
+    fn winner_bytes(&self, id: &str, old: Option<&DocRecord>, tree: &RevTree, new_rev: &Rev, new_bytes: u64) -> u64 {
+        let Some(w) = tree.winner() else { return 0 };
+        if w.rev == *new_rev {
+            return new_bytes;
+        }
+        if let Some(old) = old {
+            if old.tree.winner().is_some_and(|ow| ow.rev == w.rev) {
+                return old.winner_bytes;
+            }
+        }
+        // The winner moved to another old leaf: read its size (rare).
+        let key = keys::body(self.db, id, w.rev.pos, &w.rev.hash);
+        self.shared.store.get(Keyspace::Bodies, &key).ok().flatten().map_or(0, |b| b.len() as u64)
+    }
+
+    /// Writes a document's new record and change row, and maintains the counters.
+    fn put_record(&mut self, id: &str, old: Option<&DocRecord>, tree: RevTree, winner_bytes: u64) {
+        let db = self.db;
+        if let Some(old) = old {
+            self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
+        }
+        self.count(presence(old.map(|r| &r.tree)), presence(Some(&tree)));
+        self.state.external_bytes =
+            self.state.external_bytes.saturating_sub(old.map_or(0, |r| r.winner_bytes)).saturating_add(winner_bytes);
+        self.state.update_seq += 1;
+        let seq = self.state.update_seq;
+        let leaves = tree.leaves().into_iter().map(|l| (l.rev, l.deleted)).collect();
+        self.batch.put(Keyspace::Seqs, keys::seq(db, seq), encode(&SeqRecord { id: id.to_string(), leaves }));
+        let rec = DocRecord { seq, winner_bytes, tree };
+        self.batch.put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
+        self.records.insert(id.to_string(), Some(rec));
+    }
+
+    fn count(&mut self, before: Presence, after: Presence) {
+        let s = &mut self.state;
+        match before {
+            Presence::Live => s.doc_count -= 1,
+            Presence::Deleted => s.doc_del_count -= 1,
+            Presence::Absent => {}
+        }
+        match after {
+            Presence::Live => s.doc_count += 1,
+            Presence::Deleted => s.doc_del_count += 1,
+            Presence::Absent => {}
+        }
+    }
+
+    /// Writes or deletes a `_local` document. Revisions are `0-N`; the given
+    /// rev must match the stored one.
+    fn local(&mut self, id: &str, rev: Option<&str>, body: Option<Body>) -> Result<std::result::Result<String, DocFailure>> {
+        let current = match self.locals.get(id) {
+            Some(r) => r.clone(),
+            None => {
+                let v = self.shared.poison.guard(self.shared.store.get(Keyspace::Local, &keys::doc(self.db, id)))?;
+                v.map(|b| decode::<LocalRecord>(&b, "local document")).transpose()?
+            }
+        };
+        let current_rev = current.as_ref().map(|r| format!("0-{}", r.rev));
+        let key = keys::doc(self.db, id);
+        match body {
+            Some(body) => {
+                if body.len() > self.shared.opts.max_document_bytes {
+                    return Ok(Err(DocFailure::TooLarge(body.len())));
+                }
+                if current.is_some() && rev != current_rev.as_deref() || current.is_none() && rev.is_some_and(|r| r != "0-0") {
+                    return Ok(Err(DocFailure::Conflict));
+                }
+                let rec = LocalRecord { rev: current.map_or(1, |c| c.rev + 1), body: body.as_str().to_string() };
+                let new_rev = format!("0-{}", rec.rev);
+                self.batch.put(Keyspace::Local, key, encode(&rec));
+                self.locals.insert(id.to_string(), Some(rec));
+                Ok(Ok(new_rev))
+            }
+            None => {
+                if current.is_none() {
+                    return Ok(Err(DocFailure::NotFound));
+                }
+                if rev != current_rev.as_deref() {
+                    return Ok(Err(DocFailure::Conflict));
+                }
+                self.batch.delete(Keyspace::Local, key);
+                self.locals.insert(id.to_string(), None);
+                Ok(Ok("0-0".to_string()))
+            }
+        }
+    }
+
+    /// Removes the given leaf revisions (and their unshared ancestors).
+    fn purge(&mut self, reqs: Vec<(String, Vec<Rev>)>) -> Result<PurgeOutcome> {
+        let db = self.db;
+        let mut purged = Vec::with_capacity(reqs.len());
+        for (id, revs) in reqs {
+            let Some(old) = self.load(&id)? else {
+                purged.push((id, vec![]));
+                continue;
+            };
+            let mut tree = old.tree.clone();
+            let mut removed_revs = Vec::new();
+            for rev in &revs {
+                if !tree.is_leaf(rev) {
+                    continue;
+                }
+                for n in tree.purge_leaf(rev) {
+                    if n.has_body {
+                        self.batch.delete(Keyspace::Bodies, keys::body(db, &id, n.rev.pos, &n.rev.hash));
+                    }
+                    if n.rev == *rev {
+                        removed_revs.push(n.rev);
+                    }
+                }
+            }
+            if !removed_revs.is_empty() {
+                self.state.purge_seq += 1;
+                let rec = PurgeRecord { id: id.clone(), revs: removed_revs.clone() };
+                self.batch.put(Keyspace::Purges, keys::seq(db, self.state.purge_seq), encode(&rec));
+                if tree.is_empty() {
+                    self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
+                    self.batch.delete(Keyspace::Docs, keys::doc(db, &id));
+                    self.count(presence(Some(&old.tree)), Presence::Absent);
+                    self.state.external_bytes = self.state.external_bytes.saturating_sub(old.winner_bytes);
+                    self.records.insert(id.clone(), None);
+                } else {
+                    let bytes = match tree.winner() {
+                        Some(w) if old.tree.winner().is_some_and(|ow| ow.rev == w.rev) => old.winner_bytes,
+                        Some(w) => {
+                            let key = keys::body(db, &id, w.rev.pos, &w.rev.hash);
+                            self.shared.poison.guard(self.shared.store.get(Keyspace::Bodies, &key))?.map_or(0, |b| b.len() as u64)
+                        }
+                        None => 0,
+                    };
+                    self.put_record(&id, Some(&old), tree, bytes);
+                }
+            }
+            purged.push((id, removed_revs));
+        }
+        self.state_dirty = true;
+        Ok(PurgeOutcome { purge_seq: self.state.purge_seq, purged })
+    }
+
+    /// Drops the stored bodies of non-leaf revisions of these documents.
+    fn compact(&mut self, ids: &[String]) -> Result<()> {
+        let db = self.db;
+        for id in ids {
+            let Some(mut rec) = self.load(id)? else { continue };
+            let doomed = rec.tree.non_leaf_bodies();
+            if doomed.is_empty() {
+                continue;
+            }
+            for rev in &doomed {
+                self.batch.delete(Keyspace::Bodies, keys::body(db, id, rev.pos, &rev.hash));
+                rec.tree.drop_body(rev);
+            }
+            self.batch.put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
+            self.records.insert(id.clone(), Some(rec));
+        }
+        Ok(())
+    }
+}
