@@ -19,7 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use settee_core::name::validate_db_name;
 use settee_store::rocks::RocksStore;
 use settee_store::{Batch, Keyspace, Store};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use crate::database::{Database, Shared};
 use crate::error::{Error, Result};
@@ -220,9 +220,17 @@ impl Engine {
 
 /// Asks a writer to flush and stop, and waits for it.
 fn stop_writer(o: OpenDb) {
-    let (tx, rx) = oneshot::channel();
-    if o.shared.tx.send(Request::Shutdown(tx)).is_ok() {
-        drop(rx.blocking_recv());
-    }
+    // A send error means the writer is already gone; join either way.
+    drop(o.shared.tx.send(Request::Shutdown));
     drop(o.writer.join());
+}
+
+impl Drop for Inner {
+    /// The last engine handle stops the writers (flushing them), so the
+    /// store closes once the remaining database handles are dropped too.
+    fn drop(&mut self) {
+        for (_, o) in self.open.get_mut().drain() {
+            stop_writer(o);
+        }
+    }
 }

@@ -68,8 +68,8 @@ pub(crate) enum Request {
     Purge(Vec<(String, Vec<Rev>)>, oneshot::Sender<Result<PurgeOutcome>>),
     /// Drop the bodies of non-leaf revisions of these documents.
     Compact(Vec<String>, oneshot::Sender<Result<()>>),
-    /// Flush everything and stop.
-    Shutdown(oneshot::Sender<()>),
+    /// Flush everything and stop (the sender joins the thread).
+    Shutdown,
 }
 
 impl Request {
@@ -89,7 +89,6 @@ enum Reply {
     Local(oneshot::Sender<Result<std::result::Result<String, DocFailure>>>, std::result::Result<String, DocFailure>),
     Unit(oneshot::Sender<Result<()>>),
     Purge(oneshot::Sender<Result<PurgeOutcome>>, PurgeOutcome),
-    Shutdown(oneshot::Sender<()>),
 }
 
 impl Reply {
@@ -104,7 +103,6 @@ impl Reply {
             (Reply::Unit(tx), Some(e)) => drop(tx.send(Err(e.clone()))),
             (Reply::Purge(tx, r), None) => drop(tx.send(Ok(r))),
             (Reply::Purge(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
-            (Reply::Shutdown(tx), _) => drop(tx.send(())),
         }
     }
 }
@@ -163,7 +161,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let stop = disconnected || group.iter().any(|r| matches!(r, Request::Shutdown(_)));
+            let stop = disconnected || group.iter().any(|r| matches!(r, Request::Shutdown));
             self.process(group, stop);
             if stop {
                 return;
@@ -184,7 +182,7 @@ impl Writer {
                     self.buffered_since.get_or_insert(now);
                     self.buffered.push(u);
                 }
-                Request::Flush(_) | Request::Shutdown(_) => {
+                Request::Flush(_) | Request::Shutdown => {
                     flush_all = true;
                     todo.push(req);
                 }
@@ -279,10 +277,7 @@ impl Writer {
                     Ok(()) => replies.push(Reply::Unit(tx)),
                     Err(e) => drop(tx.send(Err(e))),
                 },
-                Request::Shutdown(tx) => {
-                    sync = true;
-                    replies.push(Reply::Shutdown(tx));
-                }
+                Request::Shutdown => sync = true,
             }
         }
         let Ctx { state, state_dirty, batch, .. } = ctx;
@@ -330,7 +325,7 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
             Request::Local { reply, .. } => drop(reply.send(Err(e.clone()))),
             Request::Flush(tx) | Request::SetRevsLimit(_, tx) | Request::Compact(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),
-            Request::Shutdown(tx) => drop(tx.send(())),
+            Request::Shutdown => {}
         }
     }
 }
