@@ -109,6 +109,10 @@ impl RevTree {
 
     /// All leaves, winner first, then the others in descending winner order.
     pub fn leaves(&self) -> Vec<Leaf> {
+        if let [only] = self.nodes.as_slice() {
+            // The common case (a new document) needs no child analysis.
+            return vec![Leaf { rev: only.rev.clone(), deleted: only.deleted, has_body: only.has_body }];
+        }
         let mut leaves: Vec<Leaf> = self
             .leaf_indices()
             .into_iter()
@@ -212,6 +216,9 @@ impl RevTree {
     /// (CouchDB's `revs_limit`). Returns the removed nodes.
     pub fn stem(&mut self, limit: usize) -> Vec<Node> {
         let limit = limit.max(1);
+        if self.nodes.len() <= limit {
+            return Vec::new();
+        }
         let mut keep = vec![false; self.nodes.len()];
         for leaf in self.leaf_indices() {
             let mut i = Some(leaf);

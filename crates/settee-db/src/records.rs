@@ -16,10 +16,8 @@ use crate::keys::DbId;
 const FORMAT_V1: u8 = 1;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT_V1];
     // Serializing plain structs into a Vec cannot fail.
-    out.extend(postcard::to_stdvec(value).expect("postcard serialization of a record"));
-    out
+    postcard::to_extend(value, vec![FORMAT_V1]).expect("postcard serialization of a record")
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {

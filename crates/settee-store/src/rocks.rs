@@ -59,7 +59,6 @@ impl RocksStore {
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
         db_opts.set_max_background_jobs(opts.background_jobs);
-        db_opts.set_enable_pipelined_write(true);
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         db_opts.set_keep_log_file_num(4);
         db_opts.set_max_total_wal_size(512 << 20);
@@ -191,7 +190,7 @@ impl Store for RocksStore {
     fn multi_get(&self, ks: Keyspace, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         let cf = self.cf(ks);
         self.db
-            .batched_multi_get_cf(cf, keys.iter(), false)
+            .batched_multi_get_cf(cf, keys.iter(), keys.is_sorted())
             .into_iter()
             .map(|r| r.map(|o| o.map(|v| v.to_vec())).map_err(io))
             .collect()

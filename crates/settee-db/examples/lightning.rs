@@ -1,0 +1,38 @@
+//! After Hovercraft's `lightning()`: insert 100,000 documents in batches of
+//! 1,000 through the embedded API (no HTTP, no JSON round trip), each batch
+//! a full commit, and print docs/s.
+//!
+//! `cargo run --release -p settee-db --example lightning [-- DOCS BATCH]`
+
+use std::time::Instant;
+
+use serde_json::json;
+use settee_core::doc::Doc;
+use settee_db::{Engine, EngineOptions, UpdateOptions};
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let docs_total = args.first().copied().unwrap_or(100_000);
+    let batch_docs = args.get(1).copied().unwrap_or(1_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine = Engine::open(dir.path(), EngineOptions::default()).expect("open engine");
+    let db = engine.create_db("lightning").expect("create db");
+    let started = Instant::now();
+    let mut n = 0;
+    while n < docs_total {
+        let batch: Vec<Doc> = (n..(n + batch_docs).min(docs_total))
+            .map(|i| Doc::new(format!("{i:010}"), json!({"foo": "bar"})).expect("valid doc"))
+            .collect();
+        n += batch.len();
+        let results = db.update(batch, UpdateOptions::default()).expect("update");
+        assert!(results.iter().all(Result::is_ok), "every insert succeeds");
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let info = db.info().expect("info");
+    assert_eq!(info.doc_count as usize, docs_total);
+    println!(
+        "lightning: {docs_total} docs in batches of {batch_docs}: {:.3} s, {:.0} docs/s (full commit per batch)",
+        secs,
+        docs_total as f64 / secs
+    );
+}
