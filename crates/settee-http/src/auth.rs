@@ -1,0 +1,219 @@
+//! Authentication and authorization — the one place that decides who a
+//! request is and what it may do.
+//!
+//! Today: server admins (the `[admins]` config section, PBKDF2-SHA256
+//! hashes only — never a clear-text password) and HTTP Basic auth. The
+//! later security issue adds users, sessions and per-database `_security`
+//! by extending [`UserCtx`] and the `require_*` checks here.
+//!
+//! Invariants:
+//! - No admin party: [`ensure_admin`] makes sure an admin exists before the
+//!   server accepts requests.
+//! - A password is verified with PBKDF2 once per process; afterwards a
+//!   SHA-256 of the credentials, tied to the stored hash, is compared in
+//!   constant time, so a changed password invalidates the cache.
+//! - Wrong credentials are always 401, even on endpoints that allow
+//!   anonymous access (CouchDB's behaviour).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use base64::Engine as _;
+use parking_lot::Mutex;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, Settings};
+use crate::error::{ApiError, ApiResult};
+
+/// PBKDF2 iterations for new hashes (CouchDB 3.4's default for SHA-256).
+pub const PBKDF2_ITERATIONS: u32 = 600_000;
+const HASH_PREFIX: &str = "-pbkdf2:sha256-";
+const ADMINS: &str = "admins";
+
+/// Who a request is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserCtx {
+    pub name: Option<String>,
+    pub roles: Vec<String>,
+}
+
+impl UserCtx {
+    pub fn is_admin(&self) -> bool {
+        self.roles.iter().any(|r| r == "_admin")
+    }
+}
+
+/// Hashes a password as `-pbkdf2:sha256-<derived hex>,<salt hex>,<iterations>`.
+pub fn hash_password(password: &str) -> String {
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let mut out = [0u8; 32];
+    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, PBKDF2_ITERATIONS, &mut out);
+    format!("{HASH_PREFIX}{},{},{PBKDF2_ITERATIONS}", hex::encode(out), hex::encode(salt))
+}
+
+/// Checks a password against a stored hash.
+pub fn verify_password(stored: &str, password: &str) -> bool {
+    let Some(rest) = stored.strip_prefix(HASH_PREFIX) else { return false };
+    let mut parts = rest.split(',');
+    let (Some(derived), Some(salt), Some(iters), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(derived), Ok(salt), Ok(iters)) = (hex::decode(derived), hex::decode(salt), iters.parse::<u32>()) else {
+        return false;
+    };
+    if derived.len() != 32 || iters == 0 || iters > 10_000_000 {
+        return false;
+    }
+    let mut out = [0u8; 32];
+    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, iters, &mut out);
+    constant_time_eq(&out, &derived)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn cache_key(stored: &str, user: &str, password: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(stored.as_bytes());
+    h.update([0]);
+    h.update(user.as_bytes());
+    h.update([0]);
+    h.update(password.as_bytes());
+    h.finalize().into()
+}
+
+/// The authenticator.
+#[derive(Debug)]
+pub struct Auth {
+    config: Arc<Config>,
+    /// user → digest of (stored hash, user, password) that verified.
+    verified: Mutex<HashMap<String, [u8; 32]>>,
+}
+
+impl Auth {
+    pub fn new(config: Arc<Config>) -> Auth {
+        Auth { config, verified: Mutex::new(HashMap::new()) }
+    }
+
+    /// Identifies the requester from the `Authorization` header.
+    pub async fn authenticate(&self, headers: &HeaderMap) -> ApiResult<UserCtx> {
+        let Some(value) = headers.get(header::AUTHORIZATION) else { return Ok(UserCtx::default()) };
+        let Some(encoded) = value.to_str().ok().and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
+        else {
+            return Ok(UserCtx::default());
+        };
+        let bad = || ApiError::unauthorized("Name or password is incorrect.");
+        let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
+        let text = String::from_utf8(decoded).map_err(|_| bad())?;
+        let (user, password) = text.split_once(':').ok_or_else(bad)?;
+        let stored = self.config.get(ADMINS, user).ok_or_else(bad)?;
+        let key = cache_key(&stored, user, password);
+        let cached = self.verified.lock().get(user).is_some_and(|k| constant_time_eq(k, &key));
+        if !cached {
+            let (s, p) = (stored.clone(), password.to_string());
+            let ok = tokio::task::spawn_blocking(move || verify_password(&s, &p)).await?;
+            if !ok {
+                return Err(bad());
+            }
+            self.verified.lock().insert(user.to_string(), key);
+        }
+        Ok(UserCtx { name: Some(user.to_string()), roles: vec!["_admin".to_string()] })
+    }
+
+    /// Sets an admin's password (hashing it), as `PUT /_node/_local/_config/admins/NAME` does.
+    pub fn set_admin(&self, user: &str, password: &str) -> ApiResult<Option<String>> {
+        let stored = if password.starts_with(HASH_PREFIX) { password.to_string() } else { hash_password(password) };
+        self.verified.lock().remove(user);
+        self.config.set(ADMINS, user, &stored)
+    }
+
+    pub fn has_admins(&self) -> bool {
+        !self.config.section(ADMINS).is_empty()
+    }
+}
+
+/// Makes sure an admin exists. With `admin` (`user:pass`) that admin's
+/// password is set unless it already verifies; without one, and with no
+/// admin configured, an `admin` user with a random password is created and
+/// the password returned so the caller can print it once.
+pub fn ensure_admin(auth: &Auth, config: &Config, admin: Option<&str>) -> Result<Option<(String, String)>, String> {
+    if let Some(spec) = admin {
+        let (user, password) = spec.split_once(':').ok_or("--admin must be user:password")?;
+        if user.is_empty() || password.is_empty() {
+            return Err("--admin must be user:password with a non-empty user and password".into());
+        }
+        if !config.get(ADMINS, user).is_some_and(|stored| verify_password(&stored, password)) {
+            auth.set_admin(user, password).map_err(|e| e.reason.to_string())?;
+        }
+        return Ok(None);
+    }
+    if auth.has_admins() {
+        return Ok(None);
+    }
+    let mut bytes = [0u8; 18];
+    rand::rng().fill_bytes(&mut bytes);
+    let password = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    auth.set_admin("admin", &password).map_err(|e| e.reason.to_string())?;
+    Ok(Some(("admin".to_string(), password)))
+}
+
+/// Server-admin-only operations: database creation and deletion,
+/// configuration, compaction, purge, `_revs_limit` changes.
+pub fn require_admin(user: &UserCtx) -> ApiResult<()> {
+    if user.is_admin() {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("You are not a server admin."))
+    }
+}
+
+/// Reading documents and database metadata.
+pub fn require_db_reader(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
+    if settings.default_security_admin_only && !user.is_admin() {
+        return Err(denied(user));
+    }
+    Ok(())
+}
+
+/// Writing non-design documents: like reading (members may write).
+pub fn require_db_writer(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
+    require_db_reader(settings, user)
+}
+
+/// Writing design documents needs a database admin; with an empty
+/// `_security` object that is a server admin.
+pub fn require_design_writer(user: &UserCtx) -> ApiResult<()> {
+    if user.is_admin() {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("You are not a db or server admin."))
+    }
+}
+
+fn denied(user: &UserCtx) -> ApiError {
+    if user.name.is_some() {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", "You are not allowed to access this db.")
+    } else {
+        ApiError::unauthorized("You are not authorized to access this db.")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_and_verify() {
+        let h = hash_password("s3cret");
+        assert!(h.starts_with(HASH_PREFIX));
+        assert!(!h.contains("s3cret"));
+        assert!(verify_password(&h, "s3cret"));
+        assert!(!verify_password(&h, "s3cre"));
+        assert!(!verify_password("garbage", "s3cret"));
+        assert!(!verify_password("-pbkdf2:sha256-zz,00,1", "x"));
+    }
+}

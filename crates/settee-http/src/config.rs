@@ -1,0 +1,316 @@
+//! Server configuration: CouchDB-style `[section] key = value` settings,
+//! kept in `settee.ini` in the data directory, read and written through
+//! `/_node/_local/_config`.
+//!
+//! Invariants:
+//! - The file is rewritten atomically (temp file, fsync, rename) on every
+//!   change, so a crash leaves either the old or the new configuration.
+//! - Values of the settings the server interprets are validated before they
+//!   are stored; the typed [`Settings`] snapshot is rebuilt after every
+//!   change and handed out as an `Arc`, so a request sees one consistent set.
+//! - Values are single-line strings (no CR/LF), keys have no `=`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{ApiError, ApiResult};
+
+pub type Sections = BTreeMap<String, BTreeMap<String, String>>;
+
+/// CouchDB 3's default `max_document_size`.
+pub const DEFAULT_MAX_DOCUMENT_SIZE: u64 = 8_000_000;
+/// Default largest request body. CouchDB's default is 4 GiB; we bound
+/// requests at 64 MiB unless the operator raises it.
+pub const DEFAULT_MAX_HTTP_REQUEST_SIZE: u64 = 64 * 1024 * 1024;
+/// CouchDB's `max_bulk_docs_count` default.
+pub const DEFAULT_MAX_BULK_DOCS: u64 = 10_000;
+/// CouchDB's `max_bulk_get_count` default.
+pub const DEFAULT_MAX_BULK_GET: u64 = 10_000;
+
+/// How new identifiers are generated (`[uuids] algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UuidAlgorithm {
+    Sequential,
+    Random,
+    UtcRandom,
+}
+
+/// CORS settings (`[chttpd] enable_cors`, `[cors] …`).
+#[derive(Debug, Clone, Default)]
+pub struct Cors {
+    pub enabled: bool,
+    /// `*` or exact origins.
+    pub origins: Vec<String>,
+    pub credentials: bool,
+    pub methods: String,
+    pub headers: String,
+    pub max_age: u64,
+}
+
+/// The typed view of the settings the server interprets.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `[couchdb] delayed_commits`: default durability is delayed, not full.
+    pub delayed_commits: bool,
+    pub max_document_size: u64,
+    pub max_http_request_size: u64,
+    pub max_bulk_docs_count: u64,
+    pub max_bulk_get_count: u64,
+    /// `[couchdb] default_security`: `everyone` (what a database with an
+    /// empty `_security` object allows: anyone reads and writes non-design
+    /// documents) or `admin_only` (only server admins).
+    pub default_security_admin_only: bool,
+    /// `[chttpd] admin_only_all_dbs` (CouchDB 3 default true).
+    pub admin_only_all_dbs: bool,
+    pub uuid_algorithm: UuidAlgorithm,
+    pub uuid_max_count: u64,
+    /// `[chttpd] changes_timeout`: default timeout of longpoll and continuous feeds.
+    pub changes_timeout_ms: u64,
+    pub cors: Cors,
+}
+
+impl Settings {
+    fn from_sections(s: &Sections) -> Settings {
+        let get = |sec: &str, key: &str| s.get(sec).and_then(|m| m.get(key)).map(String::as_str);
+        let boolean = |sec, key, default| get(sec, key).and_then(parse_bool).unwrap_or(default);
+        let number = |sec, key, default| get(sec, key).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default);
+        Settings {
+            delayed_commits: boolean("couchdb", "delayed_commits", false),
+            max_document_size: number("couchdb", "max_document_size", DEFAULT_MAX_DOCUMENT_SIZE),
+            max_http_request_size: number("chttpd", "max_http_request_size", DEFAULT_MAX_HTTP_REQUEST_SIZE),
+            max_bulk_docs_count: number("couchdb", "max_bulk_docs_count", DEFAULT_MAX_BULK_DOCS),
+            max_bulk_get_count: number("couchdb", "max_bulk_get_count", DEFAULT_MAX_BULK_GET),
+            default_security_admin_only: get("couchdb", "default_security") == Some("admin_only"),
+            admin_only_all_dbs: boolean("chttpd", "admin_only_all_dbs", true),
+            uuid_algorithm: match get("uuids", "algorithm") {
+                Some("random") => UuidAlgorithm::Random,
+                Some("utc_random") => UuidAlgorithm::UtcRandom,
+                _ => UuidAlgorithm::Sequential,
+            },
+            uuid_max_count: number("uuids", "max_count", 1000),
+            changes_timeout_ms: number("chttpd", "changes_timeout", 60_000),
+            cors: Cors {
+                enabled: boolean("chttpd", "enable_cors", false),
+                origins: get("cors", "origins")
+                    .map(|o| o.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+                    .unwrap_or_default(),
+                credentials: boolean("cors", "credentials", false),
+                methods: get("cors", "methods").unwrap_or("GET, PUT, POST, HEAD, DELETE").to_string(),
+                headers: get("cors", "headers")
+                    .unwrap_or("accept, authorization, content-type, origin, referer, x-csrf-token")
+                    .to_string(),
+                max_age: number("cors", "max_age", 600),
+            },
+        }
+    }
+}
+
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// Settings whose values must have a type.
+fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
+    let bad = |what: &str| Err(ApiError::bad_request(format!("Invalid value for [{section}] {key}: expected {what}")));
+    match (section, key) {
+        ("couchdb", "delayed_commits")
+        | ("chttpd", "enable_cors")
+        | ("chttpd", "admin_only_all_dbs")
+        | ("cors", "credentials") => {
+            if parse_bool(value).is_none() {
+                return bad("true or false");
+            }
+        }
+        ("couchdb", "max_document_size")
+        | ("couchdb", "max_bulk_docs_count")
+        | ("couchdb", "max_bulk_get_count")
+        | ("chttpd", "max_http_request_size")
+        | ("chttpd", "changes_timeout")
+        | ("uuids", "max_count")
+        | ("cors", "max_age") => match value.trim().parse::<u64>() {
+            Ok(n) if n > 0 => {}
+            _ => return bad("a positive integer"),
+        },
+        ("couchdb", "default_security") => {
+            if !matches!(value, "everyone" | "admin_only") {
+                return bad("everyone or admin_only");
+            }
+        }
+        ("uuids", "algorithm") => {
+            if !matches!(value, "sequential" | "random" | "utc_random") {
+                return bad("sequential, random or utc_random");
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The configuration store.
+pub struct Config {
+    path: PathBuf,
+    sections: Mutex<Sections>,
+    settings: RwLock<Arc<Settings>>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+fn parse_ini(text: &str) -> Sections {
+    let mut out = Sections::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            out.entry(section.clone()).or_default().insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    out
+}
+
+fn render_ini(s: &Sections) -> String {
+    let mut out = String::from("; Settee configuration (written by the server; edit while it is stopped).\n");
+    for (section, kv) in s {
+        if kv.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("\n[{section}]\n"));
+        for (k, v) in kv {
+            out.push_str(&format!("{k} = {v}\n"));
+        }
+    }
+    out
+}
+
+fn checked_name(s: &str, what: &str) -> ApiResult<()> {
+    if s.is_empty() || s.contains(['\n', '\r', '=', '[', ']']) || s.trim() != s {
+        return Err(ApiError::bad_request(format!("Invalid config {what}")));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Loads `settee.ini` from `dir` (an absent file is an empty config).
+    pub fn load(dir: &Path) -> std::io::Result<Config> {
+        let path = dir.join("settee.ini");
+        let sections = match std::fs::read_to_string(&path) {
+            Ok(text) => parse_ini(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sections::new(),
+            Err(e) => return Err(e),
+        };
+        let settings = Arc::new(Settings::from_sections(&sections));
+        Ok(Config { path, sections: Mutex::new(sections), settings: RwLock::new(settings) })
+    }
+
+    /// An in-memory configuration that is never persisted (tests).
+    pub fn ephemeral() -> Config {
+        let sections = Sections::new();
+        Config {
+            path: PathBuf::new(),
+            settings: RwLock::new(Arc::new(Settings::from_sections(&sections))),
+            sections: Mutex::new(sections),
+        }
+    }
+
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.read().clone()
+    }
+
+    pub fn all(&self) -> Sections {
+        self.sections.lock().clone()
+    }
+
+    pub fn section(&self, section: &str) -> BTreeMap<String, String> {
+        self.sections.lock().get(section).cloned().unwrap_or_default()
+    }
+
+    pub fn get(&self, section: &str, key: &str) -> Option<String> {
+        self.sections.lock().get(section).and_then(|m| m.get(key)).cloned()
+    }
+
+    /// Sets a value (validated) and persists; returns the previous value.
+    pub fn set(&self, section: &str, key: &str, value: &str) -> ApiResult<Option<String>> {
+        checked_name(section, "section")?;
+        checked_name(key, "key")?;
+        if value.contains(['\n', '\r']) {
+            return Err(ApiError::bad_request("Config values must be single-line strings"));
+        }
+        validate(section, key, value)?;
+        self.change(|s| s.entry(section.to_string()).or_default().insert(key.to_string(), value.to_string()))
+    }
+
+    /// Deletes a value and persists; returns the previous value.
+    pub fn delete(&self, section: &str, key: &str) -> ApiResult<Option<String>> {
+        self.change(|s| s.get_mut(section).and_then(|m| m.remove(key)))
+    }
+
+    fn change(&self, f: impl FnOnce(&mut Sections) -> Option<String>) -> ApiResult<Option<String>> {
+        let mut sections = self.sections.lock();
+        let mut next = sections.clone();
+        let old = f(&mut next);
+        self.persist(&next).map_err(|e| {
+            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "config_error", format!("cannot write configuration: {e}"))
+        })?;
+        *self.settings.write() = Arc::new(Settings::from_sections(&next));
+        *sections = next;
+        Ok(old)
+    }
+
+    fn persist(&self, s: &Sections) -> std::io::Result<()> {
+        if self.path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let tmp = self.path.with_extension("ini.tmp");
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(render_ini(s).as_bytes())?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_validation() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::load(dir.path()).unwrap();
+        assert!(!c.settings().delayed_commits);
+        assert_eq!(c.set("couchdb", "delayed_commits", "true").unwrap(), None);
+        assert!(c.settings().delayed_commits);
+        assert!(c.set("couchdb", "delayed_commits", "maybe").is_err());
+        assert!(c.set("couchdb", "max_document_size", "-1").is_err());
+        assert!(c.set("a", "b", "x\ny").is_err());
+        c.set("cors", "origins", "http://a, http://b").unwrap();
+        let again = Config::load(dir.path()).unwrap();
+        assert!(again.settings().delayed_commits);
+        assert_eq!(again.settings().cors.origins, vec!["http://a", "http://b"]);
+        assert_eq!(again.delete("couchdb", "delayed_commits").unwrap().as_deref(), Some("true"));
+        assert!(!again.settings().delayed_commits);
+    }
+}
