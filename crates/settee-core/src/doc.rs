@@ -38,11 +38,15 @@ impl Body {
         match value {
             Value::Object(map) => {
                 if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
-                    return Err(DocError::Validation(format!("Bad special document member: {k}")));
+                    return Err(DocError::Validation(format!(
+                        "Bad special document member: {k}"
+                    )));
                 }
                 Ok(Body::from_checked_map(&map))
             }
-            _ => Err(DocError::BadRequest("Document must be a JSON object".into())),
+            _ => Err(DocError::BadRequest(
+                "Document must be a JSON object".into(),
+            )),
         }
     }
 
@@ -100,21 +104,34 @@ impl From<RevParseError> for DocError {
 }
 
 /// Members CouchDB accepts in a document and ignores (they are answers, not inputs).
-const IGNORED_SPECIALS: &[&str] = &["_revs_info", "_conflicts", "_deleted_conflicts", "_local_seq"];
+const IGNORED_SPECIALS: &[&str] = &[
+    "_revs_info",
+    "_conflicts",
+    "_deleted_conflicts",
+    "_local_seq",
+];
 
 impl Doc {
     /// A new-edit document with a body and no revision.
     pub fn new(id: impl Into<String>, body: Value) -> Result<Doc, DocError> {
         let id = id.into();
         validate_doc_id(&id)?;
-        Ok(Doc { id, rev: None, deleted: false, revisions: None, body: Body::from_value(body)? })
+        Ok(Doc {
+            id,
+            rev: None,
+            deleted: false,
+            revisions: None,
+            body: Body::from_value(body)?,
+        })
     }
 
     /// Parses a JSON document as clients send it. `fallback_id` supplies
     /// an id when the document has no `_id` (CouchDB generates a UUID).
     pub fn from_json(value: Value, fallback_id: impl FnOnce() -> String) -> Result<Doc, DocError> {
         let Value::Object(mut map) = value else {
-            return Err(DocError::BadRequest("Document must be a JSON object".into()));
+            return Err(DocError::BadRequest(
+                "Document must be a JSON object".into(),
+            ));
         };
         let id = match map.shift_remove("_id") {
             Some(Value::String(s)) => s,
@@ -138,21 +155,35 @@ impl Doc {
         };
         if let (Some(revs), Some(rev)) = (&revisions, &rev) {
             if revs.first() != Some(rev) {
-                return Err(DocError::BadRequest("_rev does not match _revisions".into()));
+                return Err(DocError::BadRequest(
+                    "_rev does not match _revisions".into(),
+                ));
             }
         }
         match map.shift_remove("_attachments") {
             None | Some(Value::Null) => {}
             Some(Value::Object(atts)) if atts.is_empty() => {}
-            Some(_) => return Err(DocError::BadRequest("Attachments are not supported yet".into())),
+            Some(_) => {
+                return Err(DocError::BadRequest(
+                    "Attachments are not supported yet".into(),
+                ))
+            }
         }
         for k in IGNORED_SPECIALS {
             map.shift_remove(*k);
         }
         if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
-            return Err(DocError::Validation(format!("Bad special document member: {k}")));
+            return Err(DocError::Validation(format!(
+                "Bad special document member: {k}"
+            )));
         }
-        Ok(Doc { id, rev, deleted, revisions, body: Body::from_checked_map(&map) })
+        Ok(Doc {
+            id,
+            rev,
+            deleted,
+            revisions,
+            body: Body::from_checked_map(&map),
+        })
     }
 }
 
@@ -167,7 +198,9 @@ pub fn parse_revisions(v: &Value) -> Result<Vec<Rev>, DocError> {
     ids.iter()
         .enumerate()
         .map(|(i, h)| match h.as_str() {
-            Some(h) if !h.is_empty() && h.len() <= crate::rev::REV_HASH_BYTES_MAX => Ok(Rev::new(start - i as u64, h)),
+            Some(h) if !h.is_empty() && h.len() <= crate::rev::REV_HASH_BYTES_MAX => {
+                Ok(Rev::new(start - i as u64, h))
+            }
             _ => Err(bad()),
         })
         .collect()
@@ -211,7 +244,10 @@ mod tests {
 
     #[test]
     fn generates_missing_id() {
-        assert_eq!(Doc::from_json(json!({"a":1}), no_id).unwrap().id, "generated");
+        assert_eq!(
+            Doc::from_json(json!({"a":1}), no_id).unwrap().id,
+            "generated"
+        );
     }
 
     #[test]

@@ -45,7 +45,9 @@ pub fn validate_db_name(name: &str) -> Result<(), NameError> {
         Some(b'a'..=b'z') => {}
         _ => return Err(bad()),
     }
-    if bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'$' | b'(' | b')' | b'+' | b'-' | b'/')) {
+    if bytes.all(
+        |b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'$' | b'(' | b')' | b'+' | b'-' | b'/'),
+    ) {
         Ok(())
     } else {
         Err(bad())
@@ -107,6 +109,9 @@ mod tests {
         assert_eq!(validate_doc_id(""), Err(NameError::EmptyDocId));
         assert_eq!(validate_doc_id("_foo"), Err(NameError::ReservedDocId));
         assert_eq!(validate_doc_id("_design/"), Err(NameError::ReservedDocId));
-        assert_eq!(validate_doc_id(&"x".repeat(5000)), Err(NameError::DocIdTooLong));
+        assert_eq!(
+            validate_doc_id(&"x".repeat(5000)),
+            Err(NameError::DocIdTooLong)
+        );
     }
 }

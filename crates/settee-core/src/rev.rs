@@ -28,7 +28,10 @@ pub struct RevParseError;
 
 impl Rev {
     pub fn new(pos: u64, hash: impl Into<String>) -> Rev {
-        Rev { pos, hash: hash.into() }
+        Rev {
+            pos,
+            hash: hash.into(),
+        }
     }
 
     /// The revision produced by editing `parent` (None for a new document)
@@ -45,7 +48,10 @@ impl Rev {
             None => h.update(0u64.to_be_bytes()),
         }
         h.update(body);
-        Rev { pos: parent.map_or(1, |p| p.pos + 1), hash: hex::encode(h.finalize()) }
+        Rev {
+            pos: parent.map_or(1, |p| p.pos + 1),
+            hash: hex::encode(h.finalize()),
+        }
     }
 }
 
@@ -63,7 +69,10 @@ impl FromStr for Rev {
         if pos == 0 || hash.is_empty() || hash.len() > REV_HASH_BYTES_MAX || !pos_digits_ok(s) {
             return Err(RevParseError);
         }
-        Ok(Rev { pos, hash: hash.to_string() })
+        Ok(Rev {
+            pos,
+            hash: hash.to_string(),
+        })
     }
 }
 
@@ -81,7 +90,9 @@ impl PartialOrd for Rev {
 /// Revisions order by generation, then by hash bytes (CouchDB's order).
 impl Ord for Rev {
     fn cmp(&self, other: &Rev) -> Ordering {
-        self.pos.cmp(&other.pos).then_with(|| self.hash.as_bytes().cmp(other.hash.as_bytes()))
+        self.pos
+            .cmp(&other.pos)
+            .then_with(|| self.hash.as_bytes().cmp(other.hash.as_bytes()))
     }
 }
 

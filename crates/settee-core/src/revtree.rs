@@ -68,7 +68,14 @@ pub struct RevTree {
 impl RevTree {
     /// A tree holding a single root revision.
     pub fn with_root(rev: Rev, deleted: bool, has_body: bool) -> RevTree {
-        RevTree { nodes: vec![Node { rev, parent: None, deleted, has_body }] }
+        RevTree {
+            nodes: vec![Node {
+                rev,
+                parent: None,
+                deleted,
+                has_body,
+            }],
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -111,14 +118,22 @@ impl RevTree {
     pub fn leaves(&self) -> Vec<Leaf> {
         if let [only] = self.nodes.as_slice() {
             // The common case (a new document) needs no child analysis.
-            return vec![Leaf { rev: only.rev.clone(), deleted: only.deleted, has_body: only.has_body }];
+            return vec![Leaf {
+                rev: only.rev.clone(),
+                deleted: only.deleted,
+                has_body: only.has_body,
+            }];
         }
         let mut leaves: Vec<Leaf> = self
             .leaf_indices()
             .into_iter()
             .map(|i| {
                 let n = &self.nodes[i];
-                Leaf { rev: n.rev.clone(), deleted: n.deleted, has_body: n.has_body }
+                Leaf {
+                    rev: n.rev.clone(),
+                    deleted: n.deleted,
+                    has_body: n.has_body,
+                }
             })
             .collect();
         leaves.sort_by(|a, b| winner_key(b).cmp(&winner_key(a)));
@@ -151,18 +166,30 @@ impl RevTree {
     /// `revs_info` for `rev`: each ancestor with its status, newest first.
     pub fn revs_info(&self, rev: &Rev) -> Option<Vec<(Rev, RevStatus)>> {
         let path = self.path(rev)?;
-        Some(path.into_iter().map(|n| (n.rev.clone(), status(n))).collect())
+        Some(
+            path.into_iter()
+                .map(|n| (n.rev.clone(), status(n)))
+                .collect(),
+        )
     }
 
     /// Adds `rev` as a child of `parent` (or as a new root). The caller has
     /// checked that `parent` is a leaf; this only keeps the tree well formed.
-    pub fn add(&mut self, parent: Option<&Rev>, rev: Rev, deleted: bool, has_body: bool) -> Result<(), TreeError> {
+    pub fn add(
+        &mut self,
+        parent: Option<&Rev>,
+        rev: Rev,
+        deleted: bool,
+        has_body: bool,
+    ) -> Result<(), TreeError> {
         if self.contains(&rev) {
             return Err(TreeError::Exists(rev.to_string()));
         }
         let parent_idx = match parent {
             Some(p) => {
-                let i = self.find(p).ok_or_else(|| TreeError::MissingParent(p.to_string()))?;
+                let i = self
+                    .find(p)
+                    .ok_or_else(|| TreeError::MissingParent(p.to_string()))?;
                 if rev.pos != p.pos + 1 {
                     return Err(TreeError::BadPath);
                 }
@@ -171,7 +198,12 @@ impl RevTree {
             None if rev.pos == 1 => None,
             None => return Err(TreeError::BadPath),
         };
-        self.nodes.push(Node { rev, parent: parent_idx, deleted, has_body });
+        self.nodes.push(Node {
+            rev,
+            parent: parent_idx,
+            deleted,
+            has_body,
+        });
         Ok(())
     }
 
@@ -179,11 +211,20 @@ impl RevTree {
     /// the replicator delivers it with `new_edits=false`. Revisions already
     /// present are kept as they are; a stemmed root gains the parents the
     /// path supplies. Returns true when the newest revision was not present.
-    pub fn merge_path(&mut self, path: &[Rev], deleted: bool, has_body: bool) -> Result<bool, TreeError> {
+    pub fn merge_path(
+        &mut self,
+        path: &[Rev],
+        deleted: bool,
+        has_body: bool,
+    ) -> Result<bool, TreeError> {
         let Some(newest) = path.first() else {
             return Err(TreeError::BadPath);
         };
-        if path.iter().enumerate().any(|(i, r)| r.pos + i as u64 != newest.pos) {
+        if path
+            .iter()
+            .enumerate()
+            .any(|(i, r)| r.pos + i as u64 != newest.pos)
+        {
             return Err(TreeError::BadPath);
         }
         let leaf_was_new = !self.contains(newest);
@@ -242,7 +283,9 @@ impl RevTree {
         if !self.is_leaf(rev) {
             return Vec::new();
         }
-        let Some(start) = self.find(rev) else { return Vec::new() };
+        let Some(start) = self.find(rev) else {
+            return Vec::new();
+        };
         let mut keep = vec![true; self.nodes.len()];
         let mut child_count = vec![0usize; self.nodes.len()];
         for n in &self.nodes {
@@ -321,7 +364,10 @@ impl RevTree {
                 return Err(TreeError::Corrupt("generation 0"));
             }
             if let Some(p) = n.parent {
-                let parent = self.nodes.get(p as usize).ok_or(TreeError::Corrupt("dangling parent"))?;
+                let parent = self
+                    .nodes
+                    .get(p as usize)
+                    .ok_or(TreeError::Corrupt("dangling parent"))?;
                 if parent.rev.pos + 1 != n.rev.pos {
                     return Err(TreeError::Corrupt("parent generation mismatch"));
                 }
@@ -357,7 +403,8 @@ mod tests {
         let mut t = RevTree::default();
         for i in 1..=n {
             let parent = (i > 1).then(|| r(&format!("{}-h{}", i - 1, i - 1)));
-            t.add(parent.as_ref(), r(&format!("{i}-h{i}")), false, true).unwrap();
+            t.add(parent.as_ref(), r(&format!("{i}-h{i}")), false, true)
+                .unwrap();
         }
         t
     }
@@ -381,9 +428,18 @@ mod tests {
     #[test]
     fn add_checks_parent_and_duplicates() {
         let mut t = linear(1);
-        assert_eq!(t.add(None, r("1-h1"), false, true), Err(TreeError::Exists("1-h1".into())));
-        assert_eq!(t.add(Some(&r("1-nope")), r("2-a"), false, true), Err(TreeError::MissingParent("1-nope".into())));
-        assert_eq!(t.add(Some(&r("1-h1")), r("3-a"), false, true), Err(TreeError::BadPath));
+        assert_eq!(
+            t.add(None, r("1-h1"), false, true),
+            Err(TreeError::Exists("1-h1".into()))
+        );
+        assert_eq!(
+            t.add(Some(&r("1-nope")), r("2-a"), false, true),
+            Err(TreeError::MissingParent("1-nope".into()))
+        );
+        assert_eq!(
+            t.add(Some(&r("1-h1")), r("3-a"), false, true),
+            Err(TreeError::BadPath)
+        );
         assert_eq!(t.add(None, r("2-a"), false, true), Err(TreeError::BadPath));
     }
 
@@ -412,11 +468,17 @@ mod tests {
         let leaves = t.leaves();
         assert_eq!(leaves.len(), 2);
         assert_eq!(leaves[0].rev, r("3-x"));
-        assert_eq!(t.merge_path(&[r("3-a"), r("1-a")], false, true), Err(TreeError::BadPath));
+        assert_eq!(
+            t.merge_path(&[r("3-a"), r("1-a")], false, true),
+            Err(TreeError::BadPath)
+        );
         // A disjoint history becomes a second root.
         assert!(t.merge_path(&[r("2-q"), r("1-q")], false, true).unwrap());
         assert_eq!(t.leaves().len(), 3);
-        assert_eq!(t.revs_info(&r("3-x")).unwrap()[1], (r("2-x"), RevStatus::Missing));
+        assert_eq!(
+            t.revs_info(&r("3-x")).unwrap()[1],
+            (r("2-x"), RevStatus::Missing)
+        );
         t.check().unwrap();
     }
 

@@ -10,6 +10,9 @@ use serde_json::json;
 use settee_core::doc::Doc;
 use settee_db::{Engine, EngineOptions, UpdateOptions};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let docs_total = args.first().copied().unwrap_or(100_000);

@@ -91,6 +91,12 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
         _ => {}
     }
     o.set_block_based_table_factory(&table);
+    if matches!(ks, Keyspace::Docs | Keyspace::Local) {
+        // The writer looks up every updated id; most are new, and a memtable
+        // bloom filter answers those misses without a skiplist search.
+        o.set_memtable_prefix_bloom_ratio(0.1);
+        o.set_memtable_whole_key_filtering(true);
+    }
     o.set_write_buffer_size(opts.write_buffer_bytes);
     o.set_compression_type(DBCompressionType::Lz4);
     o
