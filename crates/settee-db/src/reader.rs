@@ -134,7 +134,11 @@ impl Reader {
         }
     }
 
-    fn body(&self, id: &str, rev: &Rev) -> Result<Option<Body>> {
+    /// The body of `rev`: inline for leaves, else in the Bodies keyspace.
+    fn body(&self, id: &str, rec: &DocRecord, rev: &Rev) -> Result<Option<Body>> {
+        if let Some(text) = rec.inline_body(rev) {
+            return Ok(Some(Body::from_stored(text.to_string())));
+        }
         let key = keys::body(self.db, id, rev.pos, &rev.hash);
         match self.poison.guard(self.snap.get(Keyspace::Bodies, &key))? {
             Some(bytes) => {
@@ -173,7 +177,7 @@ impl Reader {
 
     /// Builds the answer for one revision; None when its body is not stored.
     fn read_rev(&self, id: &str, rec: &DocRecord, rev: Rev, deleted: bool, opts: &GetOptions) -> Result<Option<DocRead>> {
-        let Some(body) = self.body(id, &rev)? else {
+        let Some(body) = self.body(id, rec, &rev)? else {
             return Ok(None);
         };
         let leaves = rec.tree.leaves();

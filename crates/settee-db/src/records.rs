@@ -28,13 +28,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
 }
 
 /// By-id record of one document.
+///
+/// The bodies of the current leaves live inline here, so writing a new
+/// document is two puts (by-id, by-seq) and reading the winner one get.
+/// Bodies of revisions that stopped being leaves move to the `Bodies`
+/// keyspace, where compaction finds and drops them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DocRecord {
     /// The sequence number of the document's latest change.
     pub seq: u64,
-    /// Body bytes of the winning revision (for `sizes.external`).
-    pub winner_bytes: u64,
     pub tree: RevTree,
+    /// Leaf bodies: (index into `tree.nodes()`, JSON body text).
+    pub inline: Vec<(u32, String)>,
 }
 
 impl DocRecord {
@@ -44,12 +49,26 @@ impl DocRecord {
         if rec.tree.is_empty() {
             return Err(Error::Corrupt("empty revision tree".into()));
         }
+        if rec.inline.iter().any(|(i, _)| *i as usize >= rec.tree.len()) {
+            return Err(Error::Corrupt("inline body of a missing revision".into()));
+        }
         Ok(rec)
     }
 
     /// True when the winning revision is a deletion.
     pub fn is_deleted(&self) -> bool {
         self.tree.winner().is_some_and(|w| w.deleted)
+    }
+
+    /// The inline body of `rev`, if it is a leaf stored here.
+    pub fn inline_body(&self, rev: &Rev) -> Option<&str> {
+        let i = self.tree.find(rev)? as u32;
+        self.inline.iter().find(|(n, _)| *n == i).map(|(_, b)| b.as_str())
+    }
+
+    /// Body bytes of the winning revision (for `sizes.external`).
+    pub fn winner_bytes(&self) -> u64 {
+        self.tree.winner().and_then(|w| self.inline_body(&w.rev)).map_or(0, |b| b.len() as u64)
     }
 }
 
@@ -107,11 +126,15 @@ mod tests {
 
     #[test]
     fn round_trip_and_corruption() {
-        let rec = DocRecord { seq: 5, winner_bytes: 2, tree: RevTree::with_root(Rev::new(1, "a"), false, true) };
+        let tree = RevTree::with_root(Rev::new(1, "a"), false, true);
+        let rec = DocRecord { seq: 5, tree, inline: vec![(0, "{}".into())] };
         let bytes = encode(&rec);
         assert_eq!(DocRecord::decode(&bytes).unwrap(), rec);
         assert!(DocRecord::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(DocRecord::decode(&[9, 1, 2]).is_err());
-        assert!(DocRecord::decode(&encode(&DocRecord { seq: 1, winner_bytes: 0, tree: RevTree::default() })).is_err());
+        assert_eq!(rec.winner_bytes(), 2);
+        assert!(DocRecord::decode(&encode(&DocRecord { seq: 1, tree: RevTree::default(), inline: vec![] })).is_err());
+        let bad = DocRecord { seq: 1, tree: rec.tree.clone(), inline: vec![(3, "{}".into())] };
+        assert!(DocRecord::decode(&encode(&bad)).is_err());
     }
 }

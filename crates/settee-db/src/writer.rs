@@ -330,6 +330,11 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
     }
 }
 
+/// The inline (leaf) bodies of a record, by revision.
+fn inline_bodies(rec: &DocRecord) -> Vec<(Rev, String)> {
+    rec.inline.iter().map(|(i, body)| (rec.tree.nodes()[*i as usize].rev.clone(), body.clone())).collect()
+}
+
 /// The state of one group commit being assembled.
 struct Ctx<'a> {
     shared: &'a Shared,
@@ -449,48 +454,46 @@ impl<'a> Ctx<'a> {
         match update::apply(old.as_ref().map(|r| &r.tree), doc, new_edits, limit)? {
             Edit::Unchanged { rev } => Ok(rev),
             Edit::Changed { tree, rev, stemmed } => {
-                let db = self.db;
-                self.batch.put(Keyspace::Bodies, keys::body(db, &doc.id, rev.pos, &rev.hash), doc.body.as_str().as_bytes().to_vec());
                 for n in stemmed.iter().filter(|n| n.has_body) {
-                    self.batch.delete(Keyspace::Bodies, keys::body(db, &doc.id, n.rev.pos, &n.rev.hash));
+                    self.batch.delete(Keyspace::Bodies, keys::body(self.db, &doc.id, n.rev.pos, &n.rev.hash));
                 }
-                let winner_bytes = self.winner_bytes(&doc.id, old.as_ref(), &tree, &rev, doc.body.len() as u64);
-                self.put_record(&doc.id, old.as_ref(), tree, winner_bytes);
+                let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
+                bodies.push((rev.clone(), doc.body.as_str().to_string()));
+                self.put_record(&doc.id, old.as_ref(), tree, bodies);
                 Ok(rev)
             }
         }
     }
 
-    /// Body size of the new winner, for `sizes.external`.
-    fn winner_bytes(&self, id: &str, old: Option<&DocRecord>, tree: &RevTree, new_rev: &Rev, new_bytes: u64) -> u64 {
-        let Some(w) = tree.winner() else { return 0 };
-        if w.rev == *new_rev {
-            return new_bytes;
-        }
-        if let Some(old) = old {
-            if old.tree.winner().is_some_and(|ow| ow.rev == w.rev) {
-                return old.winner_bytes;
+    /// Writes a document's new record and change row, and maintains the
+    /// counters. `bodies` are the candidate bodies by revision (the old
+    /// leaves' and the new revision's): leaves of `tree` keep theirs inline,
+    /// revisions that stopped being leaves move theirs to the Bodies
+    /// keyspace, and revisions no longer in the tree drop theirs.
+    fn put_record(&mut self, id: &str, old: Option<&DocRecord>, tree: RevTree, bodies: Vec<(Rev, String)>) {
+        let db = self.db;
+        let mut inline = Vec::with_capacity(1);
+        for (rev, body) in bodies {
+            match tree.find(&rev) {
+                Some(i) if tree.is_leaf(&rev) => inline.push((i as u32, body)),
+                Some(_) => self.batch.put(Keyspace::Bodies, keys::body(db, id, rev.pos, &rev.hash), body.into_bytes()),
+                None => {}
             }
         }
-        // The winner moved to another old leaf: read its size (rare).
-        let key = keys::body(self.db, id, w.rev.pos, &w.rev.hash);
-        self.shared.store.get(Keyspace::Bodies, &key).ok().flatten().map_or(0, |b| b.len() as u64)
-    }
-
-    /// Writes a document's new record and change row, and maintains the counters.
-    fn put_record(&mut self, id: &str, old: Option<&DocRecord>, tree: RevTree, winner_bytes: u64) {
-        let db = self.db;
         if let Some(old) = old {
             self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
         }
         self.count(presence(old.map(|r| &r.tree)), presence(Some(&tree)));
-        self.state.external_bytes =
-            self.state.external_bytes.saturating_sub(old.map_or(0, |r| r.winner_bytes)).saturating_add(winner_bytes);
         self.state.update_seq += 1;
         let seq = self.state.update_seq;
         let leaves = tree.leaves().into_iter().map(|l| (l.rev, l.deleted)).collect();
         self.batch.put(Keyspace::Seqs, keys::seq(db, seq), encode(&SeqRecord { id: id.to_string(), leaves }));
-        let rec = DocRecord { seq, winner_bytes, tree };
+        let rec = DocRecord { seq, tree, inline };
+        self.state.external_bytes = self
+            .state
+            .external_bytes
+            .saturating_sub(old.map_or(0, DocRecord::winner_bytes))
+            .saturating_add(rec.winner_bytes());
         self.batch.put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
         self.records.insert(id.to_string(), Some(rec));
     }
@@ -581,18 +584,11 @@ impl<'a> Ctx<'a> {
                     self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
                     self.batch.delete(Keyspace::Docs, keys::doc(db, &id));
                     self.count(presence(Some(&old.tree)), Presence::Absent);
-                    self.state.external_bytes = self.state.external_bytes.saturating_sub(old.winner_bytes);
+                    self.state.external_bytes = self.state.external_bytes.saturating_sub(old.winner_bytes());
                     self.records.insert(id.clone(), None);
                 } else {
-                    let bytes = match tree.winner() {
-                        Some(w) if old.tree.winner().is_some_and(|ow| ow.rev == w.rev) => old.winner_bytes,
-                        Some(w) => {
-                            let key = keys::body(db, &id, w.rev.pos, &w.rev.hash);
-                            self.shared.poison.guard(self.shared.store.get(Keyspace::Bodies, &key))?.map_or(0, |b| b.len() as u64)
-                        }
-                        None => 0,
-                    };
-                    self.put_record(&id, Some(&old), tree, bytes);
+                    let bodies = inline_bodies(&old);
+                    self.put_record(&id, Some(&old), tree, bodies);
                 }
             }
             purged.push((id, removed_revs));

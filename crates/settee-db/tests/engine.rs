@@ -431,3 +431,19 @@ fn concurrent_writers_share_commits() {
     let e = Engine::open(dir.path(), EngineOptions::default()).unwrap();
     assert_eq!(e.db("g").unwrap().info().unwrap().doc_count, 400);
 }
+
+#[test]
+fn external_size_tracks_winning_bodies() {
+    let (e, _) = mem_engine();
+    let db = e.create_db("s").unwrap();
+    let r1 = put(&db, json!({"_id": "a", "v": "12345"})); // {"v":"12345"} = 13 bytes
+    put(&db, json!({"_id": "b"})); // {} = 2 bytes
+    assert_eq!(db.info().unwrap().sizes.external, 15);
+    let r2 = put(&db, json!({"_id": "a", "_rev": r1.to_string(), "v": 1})); // {"v":1} = 7 bytes
+    assert_eq!(db.info().unwrap().sizes.external, 9);
+    // The replaced leaf's body moved out of line and is still readable.
+    let old = db.reader().unwrap().get("a", &GetOptions { rev: Some(r1), ..Default::default() }).unwrap();
+    assert_eq!(old.body.as_str(), r#"{"v":"12345"}"#);
+    db.purge(vec![("a".into(), vec![r2])]).unwrap();
+    assert_eq!(db.info().unwrap().sizes.external, 2);
+}
