@@ -24,7 +24,8 @@ impl Body {
 
     /// Serializes a map whose keys the caller has checked (no `_` members).
     fn from_checked_map(map: &Map<String, Value>) -> Body {
-        Body(Value::Object(map.clone()).to_string())
+        // Serializing a map of JSON values to a String cannot fail.
+        Body(serde_json::to_string(map).expect("JSON map serializes"))
     }
 
     /// Wraps stored text. Only the storage layer calls this, with bytes that
