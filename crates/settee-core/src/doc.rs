@@ -193,7 +193,7 @@ pub fn parse_revisions(v: &Value) -> Result<Vec<Rev>, DocError> {
     let bad = || DocError::BadRequest("_revisions must be {\"start\": N, \"ids\": [...]}".into());
     let start = v.get("start").and_then(Value::as_u64).ok_or_else(bad)?;
     let ids = v.get("ids").and_then(Value::as_array).ok_or_else(bad)?;
-    if ids.is_empty() || (ids.len() as u64) > start {
+    if ids.is_empty() || (ids.len() as u64) > start || start > crate::rev::REV_POS_MAX {
         return Err(bad());
     }
     ids.iter()

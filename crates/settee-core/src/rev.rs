@@ -12,6 +12,10 @@ use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// Highest generation accepted from a client (the largest integer JSON
+/// numbers carry exactly), so `pos + 1` can never overflow.
+pub const REV_POS_MAX: u64 = (1 << 53) - 1;
+
 /// Longest revision hash accepted from a client (ours are 32 hex digits).
 pub const REV_HASH_BYTES_MAX: usize = 128;
 
@@ -66,7 +70,12 @@ impl FromStr for Rev {
     fn from_str(s: &str) -> Result<Rev, RevParseError> {
         let (pos, hash) = s.split_once('-').ok_or(RevParseError)?;
         let pos: u64 = pos.parse().map_err(|_| RevParseError)?;
-        if pos == 0 || hash.is_empty() || hash.len() > REV_HASH_BYTES_MAX || !pos_digits_ok(s) {
+        if pos == 0
+            || pos > REV_POS_MAX
+            || hash.is_empty()
+            || hash.len() > REV_HASH_BYTES_MAX
+            || !pos_digits_ok(s)
+        {
             return Err(RevParseError);
         }
         Ok(Rev {
@@ -105,7 +114,16 @@ mod tests {
         let r: Rev = "3-abc".parse().unwrap();
         assert_eq!(r, Rev::new(3, "abc"));
         assert_eq!(r.to_string(), "3-abc");
-        for bad in ["", "abc", "0-abc", "-1-a", "+1-a", "1-", "x-abc"] {
+        for bad in [
+            "",
+            "abc",
+            "0-abc",
+            "-1-a",
+            "+1-a",
+            "1-",
+            "x-abc",
+            "9007199254740992-a",
+        ] {
             assert_eq!(bad.parse::<Rev>(), Err(RevParseError), "{bad}");
         }
     }

@@ -190,7 +190,7 @@ impl RevTree {
                 let i = self
                     .find(p)
                     .ok_or_else(|| TreeError::MissingParent(p.to_string()))?;
-                if rev.pos != p.pos + 1 {
+                if p.pos.checked_add(1) != Some(rev.pos) {
                     return Err(TreeError::BadPath);
                 }
                 Some(i as u32)
@@ -208,53 +208,89 @@ impl RevTree {
     }
 
     /// Merges a revision path (newest first, consecutive generations) as
-    /// the replicator delivers it with `new_edits=false`. Revisions already
-    /// present are kept as they are; a stemmed root gains the parents the
-    /// path supplies. Returns true when the newest revision was not present.
+    /// the replicator delivers it with `new_edits=false`. Returns true when
+    /// the newest revision was not present.
+    ///
+    /// The newest revision of the path already in the tree is the anchor:
+    /// revisions newer than it are added as its descendants; older ones are
+    /// only used to give a stemmed root back its ancestors, and only while
+    /// they agree with the tree. Revisions already present keep their flags;
+    /// a path that contradicts an existing parent changes nothing below the
+    /// anchor (and so never creates a leaf nobody wrote).
     pub fn merge_path(
         &mut self,
         path: &[Rev],
         deleted: bool,
         has_body: bool,
     ) -> Result<bool, TreeError> {
-        let Some(newest) = path.first() else {
+        let (Some(newest), Some(oldest)) = (path.first(), path.last()) else {
             return Err(TreeError::BadPath);
         };
-        if path
+        let consecutive = path
             .iter()
             .enumerate()
-            .any(|(i, r)| r.pos + i as u64 != newest.pos)
-        {
+            .all(|(i, r)| r.pos.checked_add(i as u64) == Some(newest.pos));
+        if !consecutive || oldest.pos == 0 {
             return Err(TreeError::BadPath);
         }
-        let leaf_was_new = !self.contains(newest);
-        let mut prev: Option<u32> = None;
-        for (i, rev) in path.iter().enumerate().rev() {
-            let idx = match self.find(rev) {
-                Some(idx) => {
-                    if self.nodes[idx].parent.is_none() && prev.is_some() {
-                        self.nodes[idx].parent = prev;
-                    }
-                    idx
-                }
-                None => {
-                    let is_leaf = i == 0;
-                    self.nodes.push(Node {
-                        rev: rev.clone(),
-                        parent: prev,
-                        deleted: is_leaf && deleted,
-                        has_body: is_leaf && has_body,
-                    });
-                    self.nodes.len() - 1
-                }
-            };
-            prev = Some(idx as u32);
+        let anchor = path.iter().position(|r| self.contains(r));
+        let mut prev = match anchor {
+            None => None,
+            Some(a) => {
+                let idx = self
+                    .find(&path[a])
+                    .ok_or(TreeError::Corrupt("anchor vanished"))?;
+                self.extend_root(idx, &path[a + 1..]);
+                Some(idx as u32)
+            }
+        };
+        let first_new = anchor.unwrap_or(path.len());
+        for (i, rev) in path[..first_new].iter().enumerate().rev() {
+            let is_leaf = i == 0;
+            self.nodes.push(Node {
+                rev: rev.clone(),
+                parent: prev,
+                deleted: is_leaf && deleted,
+                has_body: is_leaf && has_body,
+            });
+            prev = Some((self.nodes.len() - 1) as u32);
         }
-        Ok(leaf_was_new)
+        Ok(anchor != Some(0))
     }
 
-    /// Keeps only the newest `limit` revisions of every leaf's path
-    /// (CouchDB's `revs_limit`). Returns the removed nodes.
+    /// Walks up from node `idx` along `older` (its claimed ancestors, newest
+    /// first) while the tree agrees; where the walk reaches a stemmed root,
+    /// the remaining ancestors are attached above it.
+    fn extend_root(&mut self, mut idx: usize, older: &[Rev]) {
+        for rev in older {
+            match self.nodes[idx].parent {
+                Some(p) if self.nodes[p as usize].rev == *rev => idx = p as usize,
+                Some(_) => return,
+                None => {
+                    let parent = match self.find(rev) {
+                        Some(i) => i,
+                        None => {
+                            self.nodes.push(Node {
+                                rev: rev.clone(),
+                                parent: None,
+                                deleted: false,
+                                has_body: false,
+                            });
+                            self.nodes.len() - 1
+                        }
+                    };
+                    self.nodes[idx].parent = Some(parent as u32);
+                    idx = parent;
+                }
+            }
+        }
+    }
+
+    /// Stems to `limit` (CouchDB's `revs_limit`), as CouchDB does: a
+    /// revision survives if it is among the newest `limit` of some leaf's
+    /// path. (So a leaf on a longer branch may keep more than `limit`
+    /// ancestors when a shorter branch keeps their common ancestor.)
+    /// Returns the removed nodes.
     pub fn stem(&mut self, limit: usize) -> Vec<Node> {
         let limit = limit.max(1);
         if self.nodes.len() <= limit {
