@@ -12,9 +12,16 @@ use settee_core::doc::Doc;
 use settee_db::{Engine, EngineOptions};
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let secs = args.first().copied().unwrap_or(3);
-    let writer_counts: Vec<u64> = if args.len() > 1 { args[1..].to_vec() } else { vec![1, 32] };
+    let writer_counts: Vec<u64> = if args.len() > 1 {
+        args[1..].to_vec()
+    } else {
+        vec![1, 32]
+    };
     for writers in writer_counts {
         let dir = tempfile::tempdir().expect("temp dir");
         let engine = Engine::open(dir.path(), EngineOptions::default()).expect("open engine");
@@ -28,7 +35,8 @@ fn main() {
                 std::thread::spawn(move || {
                     let mut i = 0u64;
                     while Instant::now() < deadline {
-                        let doc = Doc::new(format!("w{w:04}-{i:08}"), json!({"foo": "bar"})).expect("valid doc");
+                        let doc = Doc::new(format!("w{w:04}-{i:08}"), json!({"foo": "bar"}))
+                            .expect("valid doc");
                         db.put(doc).expect("durable put");
                         i += 1;
                         done.fetch_add(1, Ordering::Relaxed);

@@ -14,7 +14,10 @@ use settee_db::{Engine, EngineOptions, UpdateOptions};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let docs_total = args.first().copied().unwrap_or(100_000);
     let batch_docs = args.get(1).copied().unwrap_or(1_000);
     let dir = tempfile::tempdir().expect("temp dir");

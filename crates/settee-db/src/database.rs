@@ -69,7 +69,11 @@ pub struct UpdateOptions {
 
 impl Default for UpdateOptions {
     fn default() -> Self {
-        UpdateOptions { new_edits: true, all_or_nothing: false, durability: None }
+        UpdateOptions {
+            new_edits: true,
+            all_or_nothing: false,
+            durability: None,
+        }
     }
 }
 
@@ -107,7 +111,9 @@ pub struct Database {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database").field("name", &self.shared.name).finish()
+        f.debug_struct("Database")
+            .field("name", &self.shared.name)
+            .finish()
     }
 }
 
@@ -140,14 +146,27 @@ impl Database {
     /// A snapshot reader: everything it reads is one consistent state.
     pub fn reader(&self) -> Result<Reader> {
         self.check()?;
-        Ok(Reader { db: self.shared.db, snap: self.shared.store.snapshot(), poison: self.shared.poison.clone() })
+        Ok(Reader {
+            db: self.shared.db,
+            snap: self.shared.store.snapshot(),
+            poison: self.shared.poison.clone(),
+        })
     }
 
-    fn update_request(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<(Option<oneshot::Receiver<Result<Vec<DocResult>>>>, usize)> {
+    fn update_request(
+        &self,
+        docs: Vec<Doc>,
+        opts: UpdateOptions,
+    ) -> Result<(Option<oneshot::Receiver<Result<Vec<DocResult>>>>, usize)> {
         if docs.len() > self.shared.opts.update_docs_max {
-            return Err(Error::BadRequest(format!("too many documents in one request (limit {})", self.shared.opts.update_docs_max)));
+            return Err(Error::BadRequest(format!(
+                "too many documents in one request (limit {})",
+                self.shared.opts.update_docs_max
+            )));
         }
-        let durability = opts.durability.unwrap_or(self.shared.opts.default_durability);
+        let durability = opts
+            .durability
+            .unwrap_or(self.shared.opts.default_durability);
         let n = docs.len();
         let (reply, rx) = if durability == Durability::Batch {
             (None, None)
@@ -155,7 +174,13 @@ impl Database {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
         };
-        self.send(Request::Update(UpdateReq { docs, new_edits: opts.new_edits, all_or_nothing: opts.all_or_nothing, durability, reply }))?;
+        self.send(Request::Update(UpdateReq {
+            docs,
+            new_edits: opts.new_edits,
+            all_or_nothing: opts.all_or_nothing,
+            durability,
+            reply,
+        }))?;
         Ok((rx, n))
     }
 
@@ -169,7 +194,11 @@ impl Database {
     }
 
     /// Async form of [`Database::update`].
-    pub async fn update_async(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<DocResult>> {
+    pub async fn update_async(
+        &self,
+        docs: Vec<Doc>,
+        opts: UpdateOptions,
+    ) -> Result<Vec<DocResult>> {
         match self.update_request(docs, opts)? {
             (Some(rx), _) => recv_async(rx).await,
             (None, _) => Ok(Vec::new()),
@@ -186,21 +215,49 @@ impl Database {
         }
     }
 
-    fn local_request(&self, id: &str, rev: Option<String>, body: Option<Body>, durability: Option<Durability>) -> Result<oneshot::Receiver<Result<std::result::Result<String, DocFailure>>>> {
+    fn local_request(
+        &self,
+        id: &str,
+        rev: Option<String>,
+        body: Option<Body>,
+        durability: Option<Durability>,
+    ) -> Result<oneshot::Receiver<Result<std::result::Result<String, DocFailure>>>> {
         let (tx, rx) = oneshot::channel();
         let durability = durability.unwrap_or(self.shared.opts.default_durability);
         // Local documents are never buffered: batch mode means delayed here.
-        let durability = if durability == Durability::Batch { Durability::Delayed } else { durability };
-        self.send(Request::Local { id: id.to_string(), rev, body, durability, reply: tx })?;
+        let durability = if durability == Durability::Batch {
+            Durability::Delayed
+        } else {
+            durability
+        };
+        self.send(Request::Local {
+            id: id.to_string(),
+            rev,
+            body,
+            durability,
+            reply: tx,
+        })?;
         Ok(rx)
     }
 
     /// Writes (`body` Some) or deletes a `_local` document; returns its new rev.
-    pub fn put_local(&self, id: &str, rev: Option<String>, body: Option<Body>, durability: Option<Durability>) -> Result<std::result::Result<String, DocFailure>> {
+    pub fn put_local(
+        &self,
+        id: &str,
+        rev: Option<String>,
+        body: Option<Body>,
+        durability: Option<Durability>,
+    ) -> Result<std::result::Result<String, DocFailure>> {
         recv(self.local_request(id, rev, body, durability)?)
     }
 
-    pub async fn put_local_async(&self, id: &str, rev: Option<String>, body: Option<Body>, durability: Option<Durability>) -> Result<std::result::Result<String, DocFailure>> {
+    pub async fn put_local_async(
+        &self,
+        id: &str,
+        rev: Option<String>,
+        body: Option<Body>,
+        durability: Option<Durability>,
+    ) -> Result<std::result::Result<String, DocFailure>> {
         recv_async(self.local_request(id, rev, body, durability)?).await
     }
 
@@ -222,7 +279,9 @@ impl Database {
 
     pub fn set_revs_limit(&self, limit: u64) -> Result<()> {
         if limit == 0 {
-            return Err(Error::BadRequest("revs_limit must be a positive integer".into()));
+            return Err(Error::BadRequest(
+                "revs_limit must be a positive integer".into(),
+            ));
         }
         let (tx, rx) = oneshot::channel();
         self.send(Request::SetRevsLimit(limit, tx))?;
@@ -231,7 +290,9 @@ impl Database {
 
     pub async fn set_revs_limit_async(&self, limit: u64) -> Result<()> {
         if limit == 0 {
-            return Err(Error::BadRequest("revs_limit must be a positive integer".into()));
+            return Err(Error::BadRequest(
+                "revs_limit must be a positive integer".into(),
+            ));
         }
         let (tx, rx) = oneshot::channel();
         self.send(Request::SetRevsLimit(limit, tx))?;
@@ -261,7 +322,10 @@ impl Database {
         let s = self.shared.state.lock().clone();
         let (lo, hi) = keys::db_range(self.shared.db);
         let store = &self.shared.store;
-        let file: u64 = Keyspace::ALL.iter().map(|ks| store.approximate_size(*ks, &lo, &hi)).sum();
+        let file: u64 = Keyspace::ALL
+            .iter()
+            .map(|ks| store.approximate_size(*ks, &lo, &hi))
+            .sum();
         let active = store.approximate_size(Keyspace::Docs, &lo, &hi) + s.external_bytes;
         Ok(DbInfo {
             name: self.shared.name.clone(),
@@ -269,7 +333,11 @@ impl Database {
             doc_del_count: s.doc_del_count,
             update_seq: s.update_seq,
             purge_seq: s.purge_seq,
-            sizes: Sizes { file: file.max(active), active, external: s.external_bytes },
+            sizes: Sizes {
+                file: file.max(active),
+                active,
+                external: s.external_bytes,
+            },
             compact_running: self.shared.compacting.load(Ordering::Acquire),
             instance_start_time: self.shared.meta.created_us.to_string(),
             revs_limit: s.revs_limit,
@@ -292,7 +360,12 @@ impl Database {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.state.lock();
         while state.update_seq <= since && !self.shared.deleted.load(Ordering::Acquire) {
-            if self.shared.committed.wait_until(&mut state, deadline).timed_out() {
+            if self
+                .shared
+                .committed
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
                 break;
             }
         }
@@ -346,7 +419,9 @@ impl Database {
         }
         let (lo, hi) = keys::db_range(self.shared.db);
         for ks in Keyspace::ALL {
-            self.shared.poison.guard(self.shared.store.compact_range(ks, &lo, &hi))?;
+            self.shared
+                .poison
+                .guard(self.shared.store.compact_range(ks, &lo, &hi))?;
         }
         Ok(())
     }
@@ -361,4 +436,3 @@ impl Database {
         self.shared.compacting.load(Ordering::Acquire)
     }
 }
-

@@ -56,13 +56,16 @@ impl std::fmt::Debug for Engine {
 }
 
 fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 impl Engine {
     /// Opens (creating if needed) the engine in `dir` on RocksDB.
     pub fn open(dir: &Path, opts: EngineOptions) -> Result<Engine> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Storage(settee_store::StoreError::Io(e.to_string())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Storage(settee_store::StoreError::Io(e.to_string())))?;
         let store = RocksStore::open(&dir.join("store"), &opts.rocks)?;
         Ok(Engine::with_store(Arc::new(store), opts))
     }
@@ -94,7 +97,10 @@ impl Engine {
     }
 
     fn read_meta(&self, name: &str) -> Result<Option<DbMeta>> {
-        let v = self.inner.poison.guard(self.inner.store.get(Keyspace::Meta, &keys::catalog(name)))?;
+        let v = self
+            .inner
+            .poison
+            .guard(self.inner.store.get(Keyspace::Meta, &keys::catalog(name)))?;
         v.map(|b| decode(&b, "catalog entry")).transpose()
     }
 
@@ -106,18 +112,30 @@ impl Engine {
         if open.contains_key(name) || self.read_meta(name)?.is_some() {
             return Err(Error::DbExists);
         }
-        let next = self.inner.poison.guard(self.inner.store.get(Keyspace::Meta, keys::META_NEXT_DB_ID))?;
+        let next = self
+            .inner
+            .poison
+            .guard(self.inner.store.get(Keyspace::Meta, keys::META_NEXT_DB_ID))?;
         let id: DbId = match next {
             Some(b) => decode(&b, "next db id")?,
             None => 1,
         };
-        let meta = DbMeta { id, created_us: now_us() };
+        let meta = DbMeta {
+            id,
+            created_us: now_us(),
+        };
         let state = DbState::default();
         let mut batch = Batch::new();
-        batch.put(Keyspace::Meta, keys::META_NEXT_DB_ID.to_vec(), encode(&(id + 1)));
+        batch.put(
+            Keyspace::Meta,
+            keys::META_NEXT_DB_ID.to_vec(),
+            encode(&(id + 1)),
+        );
         batch.put(Keyspace::Meta, keys::catalog(name), encode(&meta));
         batch.put(Keyspace::Meta, keys::state(id), encode(&state));
-        self.inner.poison.guard(self.inner.store.write(batch, true))?;
+        self.inner
+            .poison
+            .guard(self.inner.store.write(batch, true))?;
         Ok(self.start(&mut open, name, meta, state))
     }
 
@@ -126,17 +144,35 @@ impl Engine {
         self.check()?;
         let mut open = self.inner.open.lock();
         if let Some(o) = open.get(name) {
-            return Ok(Database { shared: o.shared.clone() });
+            return Ok(Database {
+                shared: o.shared.clone(),
+            });
         }
-        let meta = self.read_meta(name)?.ok_or(Error::NotFound("Database does not exist."))?;
-        let state = match self.inner.poison.guard(self.inner.store.get(Keyspace::Meta, &keys::state(meta.id)))? {
+        let meta = self
+            .read_meta(name)?
+            .ok_or(Error::NotFound("Database does not exist."))?;
+        let state = match self
+            .inner
+            .poison
+            .guard(self.inner.store.get(Keyspace::Meta, &keys::state(meta.id)))?
+        {
             Some(b) => decode(&b, "database state")?,
-            None => return Err(Error::Corrupt(format!("database {name} has no state record"))),
+            None => {
+                return Err(Error::Corrupt(format!(
+                    "database {name} has no state record"
+                )))
+            }
         };
         Ok(self.start(&mut open, name, meta, state))
     }
 
-    fn start(&self, open: &mut HashMap<String, OpenDb>, name: &str, meta: DbMeta, state: DbState) -> Database {
+    fn start(
+        &self,
+        open: &mut HashMap<String, OpenDb>,
+        name: &str,
+        meta: DbMeta,
+        state: DbState,
+    ) -> Database {
         let (tx, rx) = crossbeam_channel::bounded(self.inner.opts.writer_queue_max);
         let shared = Arc::new(Shared {
             name: name.to_string(),
@@ -158,7 +194,13 @@ impl Engine {
             .spawn(move || writer.run())
             // Failing to start a thread means the process is out of resources.
             .expect("spawn database writer thread");
-        open.insert(name.to_string(), OpenDb { shared: shared.clone(), writer: handle });
+        open.insert(
+            name.to_string(),
+            OpenDb {
+                shared: shared.clone(),
+                writer: handle,
+            },
+        );
         Database { shared }
     }
 
@@ -167,7 +209,9 @@ impl Engine {
         validate_db_name(name)?;
         self.check()?;
         let mut open = self.inner.open.lock();
-        let meta = self.read_meta(name)?.ok_or(Error::NotFound("Database does not exist."))?;
+        let meta = self
+            .read_meta(name)?
+            .ok_or(Error::NotFound("Database does not exist."))?;
         if let Some(o) = open.remove(name) {
             o.shared.deleted.store(true, Ordering::Release);
             stop_writer(o);
@@ -176,10 +220,18 @@ impl Engine {
         let mut batch = Batch::new();
         batch.delete(Keyspace::Meta, keys::catalog(name));
         batch.delete(Keyspace::Meta, keys::state(meta.id));
-        for ks in [Keyspace::Docs, Keyspace::Seqs, Keyspace::Bodies, Keyspace::Local, Keyspace::Purges] {
+        for ks in [
+            Keyspace::Docs,
+            Keyspace::Seqs,
+            Keyspace::Bodies,
+            Keyspace::Local,
+            Keyspace::Purges,
+        ] {
             batch.delete_range(ks, lo.clone(), hi.clone());
         }
-        self.inner.poison.guard(self.inner.store.write(batch, true))?;
+        self.inner
+            .poison
+            .guard(self.inner.store.write(batch, true))?;
         Ok(())
     }
 
@@ -190,10 +242,16 @@ impl Engine {
         let mut names = Vec::new();
         let mut hi = keys::META_DB_PREFIX.to_vec();
         *hi.last_mut().expect("non-empty prefix") += 1;
-        self.inner.poison.guard(snap.scan(Keyspace::Meta, keys::META_DB_PREFIX, &hi, false, &mut |k, _| {
-            names.push(String::from_utf8_lossy(&k[keys::META_DB_PREFIX.len()..]).into_owned());
-            true
-        }))?;
+        self.inner.poison.guard(snap.scan(
+            Keyspace::Meta,
+            keys::META_DB_PREFIX,
+            &hi,
+            false,
+            &mut |k, _| {
+                names.push(String::from_utf8_lossy(&k[keys::META_DB_PREFIX.len()..]).into_owned());
+                true
+            },
+        ))?;
         Ok(names)
     }
 

@@ -35,5 +35,7 @@ pub use database::{Database, DbInfo, Sizes, UpdateOptions};
 pub use engine::Engine;
 pub use error::{DocFailure, Error, Result};
 pub use options::{Durability, EngineOptions};
-pub use reader::{AllDocsRow, ChangeRow, DocRead, GetOptions, IdRange, LocalDoc, OpenRev, OpenRevs, Reader};
+pub use reader::{
+    AllDocsRow, ChangeRow, DocRead, GetOptions, IdRange, LocalDoc, OpenRev, OpenRevs, Reader,
+};
 pub use writer::{DocResult, PurgeOutcome};

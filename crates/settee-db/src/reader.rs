@@ -93,7 +93,14 @@ pub struct IdRange {
 
 impl Default for IdRange {
     fn default() -> Self {
-        IdRange { start: None, end: None, inclusive_end: true, descending: false, skip: 0, limit: u64::MAX }
+        IdRange {
+            start: None,
+            end: None,
+            inclusive_end: true,
+            descending: false,
+            skip: 0,
+            limit: u64::MAX,
+        }
     }
 }
 
@@ -128,7 +135,10 @@ fn not_found_missing() -> Error {
 
 impl Reader {
     pub(crate) fn record(&self, id: &str) -> Result<Option<DocRecord>> {
-        match self.poison.guard(self.snap.get(Keyspace::Docs, &keys::doc(self.db, id)))? {
+        match self
+            .poison
+            .guard(self.snap.get(Keyspace::Docs, &keys::doc(self.db, id)))?
+        {
             Some(bytes) => Ok(Some(DocRecord::decode(&bytes)?)),
             None => Ok(None),
         }
@@ -142,7 +152,8 @@ impl Reader {
         let key = keys::body(self.db, id, rev.pos, &rev.hash);
         match self.poison.guard(self.snap.get(Keyspace::Bodies, &key))? {
             Some(bytes) => {
-                let text = String::from_utf8(bytes).map_err(|_| Error::Corrupt(format!("body of {id} is not UTF-8")))?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| Error::Corrupt(format!("body of {id} is not UTF-8")))?;
                 Ok(Some(Body::from_stored(text)))
             }
             None => Ok(None),
@@ -159,7 +170,11 @@ impl Reader {
         let rec = self.record(id)?.ok_or_else(not_found_missing)?;
         let (rev, deleted) = match &opts.rev {
             Some(rev) => {
-                let rev = if opts.latest { latest_leaves(&rec.tree, rev).into_iter().next() } else { Some(rev.clone()) };
+                let rev = if opts.latest {
+                    latest_leaves(&rec.tree, rev).into_iter().next()
+                } else {
+                    Some(rev.clone())
+                };
                 let rev = rev.ok_or_else(not_found_missing)?;
                 let i = rec.tree.find(&rev).ok_or_else(not_found_missing)?;
                 (rev, rec.tree.nodes()[i].deleted)
@@ -172,11 +187,19 @@ impl Reader {
                 (w.rev, false)
             }
         };
-        self.read_rev(id, &rec, rev, deleted, opts)?.ok_or_else(not_found_missing)
+        self.read_rev(id, &rec, rev, deleted, opts)?
+            .ok_or_else(not_found_missing)
     }
 
     /// Builds the answer for one revision; None when its body is not stored.
-    fn read_rev(&self, id: &str, rec: &DocRecord, rev: Rev, deleted: bool, opts: &GetOptions) -> Result<Option<DocRead>> {
+    fn read_rev(
+        &self,
+        id: &str,
+        rec: &DocRecord,
+        rev: Rev,
+        deleted: bool,
+        opts: &GetOptions,
+    ) -> Result<Option<DocRead>> {
         let Some(body) = self.body(id, rec, &rev)? else {
             return Ok(None);
         };
@@ -186,10 +209,24 @@ impl Reader {
         Ok(Some(DocRead {
             id: id.to_string(),
             revisions: opts.revs.then(|| path_revs(&rec.tree, &rev)),
-            revs_info: if opts.revs_info { rec.tree.revs_info(&rev) } else { None },
-            conflicts: if opts.conflicts { others().filter(|l| !l.deleted).map(|l| l.rev.clone()).collect() } else { vec![] },
+            revs_info: if opts.revs_info {
+                rec.tree.revs_info(&rev)
+            } else {
+                None
+            },
+            conflicts: if opts.conflicts {
+                others()
+                    .filter(|l| !l.deleted)
+                    .map(|l| l.rev.clone())
+                    .collect()
+            } else {
+                vec![]
+            },
             deleted_conflicts: if opts.deleted_conflicts {
-                others().filter(|l| l.deleted).map(|l| l.rev.clone()).collect()
+                others()
+                    .filter(|l| l.deleted)
+                    .map(|l| l.rev.clone())
+                    .collect()
             } else {
                 vec![]
             },
@@ -205,7 +242,9 @@ impl Reader {
         let rec = self.record(id)?;
         let wanted: Vec<Rev> = match (which, &rec) {
             (OpenRevs::AllLeaves, None) => return Ok(vec![]),
-            (OpenRevs::AllLeaves, Some(rec)) => rec.tree.leaves().into_iter().map(|l| l.rev).collect(),
+            (OpenRevs::AllLeaves, Some(rec)) => {
+                rec.tree.leaves().into_iter().map(|l| l.rev).collect()
+            }
             (OpenRevs::Revs(revs), _) => revs.clone(),
         };
         let mut out = Vec::with_capacity(wanted.len());
@@ -214,13 +253,19 @@ impl Reader {
                 out.push(OpenRev::Missing(asked));
                 continue;
             };
-            let revs = if opts.latest { latest_leaves(&rec.tree, &asked) } else { vec![asked.clone()] };
+            let revs = if opts.latest {
+                latest_leaves(&rec.tree, &asked)
+            } else {
+                vec![asked.clone()]
+            };
             if revs.is_empty() {
                 out.push(OpenRev::Missing(asked.clone()));
             }
             for rev in revs {
                 let found = match rec.tree.find(&rev) {
-                    Some(i) => self.read_rev(id, rec, rev.clone(), rec.tree.nodes()[i].deleted, opts)?,
+                    Some(i) => {
+                        self.read_rev(id, rec, rev.clone(), rec.tree.nodes()[i].deleted, opts)?
+                    }
                     None => None,
                 };
                 out.push(found.map_or(OpenRev::Missing(rev), OpenRev::Found));
@@ -231,36 +276,60 @@ impl Reader {
 
     /// Visits the changes after `since` (ascending) or all changes newest
     /// first (descending), until `visit` returns false or `limit` rows.
-    pub fn changes(&self, since: u64, descending: bool, limit: u64, visit: &mut dyn FnMut(ChangeRow) -> bool) -> Result<()> {
-        let from = keys::seq(self.db, if descending { 0 } else { since.saturating_add(1) });
+    pub fn changes(
+        &self,
+        since: u64,
+        descending: bool,
+        limit: u64,
+        visit: &mut dyn FnMut(ChangeRow) -> bool,
+    ) -> Result<()> {
+        let from = keys::seq(
+            self.db,
+            if descending {
+                0
+            } else {
+                since.saturating_add(1)
+            },
+        );
         let to = keys::db_range(self.db).1;
         let mut taken = 0u64;
         let mut failure = None;
-        let scan = self.snap.scan(Keyspace::Seqs, &from, &to, descending, &mut |k, v| {
-            if taken >= limit {
-                return false;
-            }
-            match decode::<SeqRecord>(v, "seq record") {
-                Ok(rec) if rec.leaves.is_empty() => {
-                    failure = Some(Error::Corrupt("seq record without leaves".into()));
-                    false
+        let scan = self
+            .snap
+            .scan(Keyspace::Seqs, &from, &to, descending, &mut |k, v| {
+                if taken >= limit {
+                    return false;
                 }
-                Ok(rec) => {
-                    taken += 1;
-                    visit(ChangeRow { seq: keys::seq_of(k), id: rec.id, leaves: rec.leaves })
+                match decode::<SeqRecord>(v, "seq record") {
+                    Ok(rec) if rec.leaves.is_empty() => {
+                        failure = Some(Error::Corrupt("seq record without leaves".into()));
+                        false
+                    }
+                    Ok(rec) => {
+                        taken += 1;
+                        visit(ChangeRow {
+                            seq: keys::seq_of(k),
+                            id: rec.id,
+                            leaves: rec.leaves,
+                        })
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        false
+                    }
                 }
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            }
-        });
+            });
         self.poison.guard(scan)?;
         failure.map_or(Ok(()), Err)
     }
 
     /// Visits raw (id, value) pairs of a keyspace in an id range.
-    fn scan_ids(&self, ks: Keyspace, q: &IdRange, visit: &mut dyn FnMut(&str, &[u8]) -> Result<bool>) -> Result<()> {
+    fn scan_ids(
+        &self,
+        ks: Keyspace,
+        q: &IdRange,
+        visit: &mut dyn FnMut(&str, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         let (lo, hi) = id_bounds(self.db, q);
         let mut failure = None;
         let scan = self.snap.scan(ks, &lo, &hi, q.descending, &mut |k, v| {
@@ -289,13 +358,18 @@ impl Reader {
         visit: &mut dyn FnMut(AllDocsRow) -> bool,
     ) -> Result<()> {
         let (mut skipped, mut taken) = (0u64, 0u64);
-        let opts = GetOptions { conflicts, ..GetOptions::default() };
+        let opts = GetOptions {
+            conflicts,
+            ..GetOptions::default()
+        };
         self.scan_ids(Keyspace::Docs, q, &mut |id, v| {
             if taken >= q.limit {
                 return Ok(false);
             }
             let rec = DocRecord::decode(v)?;
-            let Some(w) = rec.tree.winner() else { return Ok(true) };
+            let Some(w) = rec.tree.winner() else {
+                return Ok(true);
+            };
             if w.deleted {
                 return Ok(true);
             }
@@ -304,24 +378,57 @@ impl Reader {
                 return Ok(true);
             }
             taken += 1;
-            let doc = if include_docs { self.read_rev(id, &rec, w.rev.clone(), false, &opts)? } else { None };
-            Ok(visit(AllDocsRow { id: id.to_string(), rev: w.rev, deleted: false, doc }))
+            let doc = if include_docs {
+                self.read_rev(id, &rec, w.rev.clone(), false, &opts)?
+            } else {
+                None
+            };
+            Ok(visit(AllDocsRow {
+                id: id.to_string(),
+                rev: w.rev,
+                deleted: false,
+                doc,
+            }))
         })
     }
 
     /// `_all_docs?keys=…`: one answer per key, deleted documents included
     /// (`deleted: true`), None for ids that never existed.
-    pub fn all_docs_key(&self, id: &str, include_docs: bool, conflicts: bool) -> Result<Option<AllDocsRow>> {
-        let Some(rec) = self.record(id)? else { return Ok(None) };
-        let Some(w) = rec.tree.winner() else { return Ok(None) };
-        let opts = GetOptions { conflicts, ..GetOptions::default() };
-        let doc = if include_docs && !w.deleted { self.read_rev(id, &rec, w.rev.clone(), false, &opts)? } else { None };
-        Ok(Some(AllDocsRow { id: id.to_string(), rev: w.rev, deleted: w.deleted, doc }))
+    pub fn all_docs_key(
+        &self,
+        id: &str,
+        include_docs: bool,
+        conflicts: bool,
+    ) -> Result<Option<AllDocsRow>> {
+        let Some(rec) = self.record(id)? else {
+            return Ok(None);
+        };
+        let Some(w) = rec.tree.winner() else {
+            return Ok(None);
+        };
+        let opts = GetOptions {
+            conflicts,
+            ..GetOptions::default()
+        };
+        let doc = if include_docs && !w.deleted {
+            self.read_rev(id, &rec, w.rev.clone(), false, &opts)?
+        } else {
+            None
+        };
+        Ok(Some(AllDocsRow {
+            id: id.to_string(),
+            rev: w.rev,
+            deleted: w.deleted,
+            doc,
+        }))
     }
 
     /// Reads a `_local` document (full id, `_local/…`).
     pub fn get_local(&self, id: &str) -> Result<Option<LocalDoc>> {
-        match self.poison.guard(self.snap.get(Keyspace::Local, &keys::doc(self.db, id)))? {
+        match self
+            .poison
+            .guard(self.snap.get(Keyspace::Local, &keys::doc(self.db, id)))?
+        {
             Some(v) => Ok(Some(local_doc(id, &v)?)),
             None => Ok(None),
         }
@@ -346,18 +453,27 @@ impl Reader {
 
 fn local_doc(id: &str, v: &[u8]) -> Result<LocalDoc> {
     let rec: LocalRecord = decode(v, "local document")?;
-    Ok(LocalDoc { id: id.to_string(), rev: format!("0-{}", rec.rev), body: Body::from_stored(rec.body) })
+    Ok(LocalDoc {
+        id: id.to_string(),
+        rev: format!("0-{}", rec.rev),
+        body: Body::from_stored(rec.body),
+    })
 }
 
 fn path_revs(tree: &RevTree, rev: &Rev) -> Vec<Rev> {
-    tree.path(rev).map(|p| p.into_iter().map(|n| n.rev.clone()).collect()).unwrap_or_default()
+    tree.path(rev)
+        .map(|p| p.into_iter().map(|n| n.rev.clone()).collect())
+        .unwrap_or_default()
 }
 
 /// Leaves whose history contains `rev`, best (winner order) first.
 fn latest_leaves(tree: &RevTree, rev: &Rev) -> Vec<Rev> {
     tree.leaves()
         .into_iter()
-        .filter(|l| tree.path(&l.rev).is_some_and(|p| p.iter().any(|n| n.rev == *rev)))
+        .filter(|l| {
+            tree.path(&l.rev)
+                .is_some_and(|p| p.iter().any(|n| n.rev == *rev))
+        })
         .map(|l| l.rev)
         .collect()
 }
@@ -394,7 +510,12 @@ fn id_bounds(db: DbId, q: &IdRange) -> (Vec<u8>, Vec<u8>) {
 
 impl Reader {
     /// Visits every document record (deleted ones too) in id order.
-    pub(crate) fn scan_records(&self, visit: &mut dyn FnMut(&str, &DocRecord) -> bool) -> Result<()> {
-        self.scan_ids(Keyspace::Docs, &IdRange::default(), &mut |id, v| Ok(visit(id, &DocRecord::decode(v)?)))
+    pub(crate) fn scan_records(
+        &self,
+        visit: &mut dyn FnMut(&str, &DocRecord) -> bool,
+    ) -> Result<()> {
+        self.scan_ids(Keyspace::Docs, &IdRange::default(), &mut |id, v| {
+            Ok(visit(id, &DocRecord::decode(v)?))
+        })
     }
 }

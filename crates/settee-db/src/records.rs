@@ -22,7 +22,9 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
     match bytes.split_first() {
-        Some((&FORMAT_V1, rest)) => postcard::from_bytes(rest).map_err(|e| Error::Corrupt(format!("{what}: {e}"))),
+        Some((&FORMAT_V1, rest)) => {
+            postcard::from_bytes(rest).map_err(|e| Error::Corrupt(format!("{what}: {e}")))
+        }
         _ => Err(Error::Corrupt(format!("{what}: unknown format version"))),
     }
 }
@@ -45,11 +47,17 @@ pub struct DocRecord {
 impl DocRecord {
     pub fn decode(bytes: &[u8]) -> Result<DocRecord> {
         let rec: DocRecord = decode(bytes, "document record")?;
-        rec.tree.check().map_err(|e| Error::Corrupt(e.to_string()))?;
+        rec.tree
+            .check()
+            .map_err(|e| Error::Corrupt(e.to_string()))?;
         if rec.tree.is_empty() {
             return Err(Error::Corrupt("empty revision tree".into()));
         }
-        if rec.inline.iter().any(|(i, _)| *i as usize >= rec.tree.len()) {
+        if rec
+            .inline
+            .iter()
+            .any(|(i, _)| *i as usize >= rec.tree.len())
+        {
             return Err(Error::Corrupt("inline body of a missing revision".into()));
         }
         Ok(rec)
@@ -63,12 +71,18 @@ impl DocRecord {
     /// The inline body of `rev`, if it is a leaf stored here.
     pub fn inline_body(&self, rev: &Rev) -> Option<&str> {
         let i = self.tree.find(rev)? as u32;
-        self.inline.iter().find(|(n, _)| *n == i).map(|(_, b)| b.as_str())
+        self.inline
+            .iter()
+            .find(|(n, _)| *n == i)
+            .map(|(_, b)| b.as_str())
     }
 
     /// Body bytes of the winning revision (for `sizes.external`).
     pub fn winner_bytes(&self) -> u64 {
-        self.tree.winner().and_then(|w| self.inline_body(&w.rev)).map_or(0, |b| b.len() as u64)
+        self.tree
+            .winner()
+            .and_then(|w| self.inline_body(&w.rev))
+            .map_or(0, |b| b.len() as u64)
     }
 }
 
@@ -102,7 +116,14 @@ pub struct DbState {
 
 impl Default for DbState {
     fn default() -> Self {
-        DbState { update_seq: 0, doc_count: 0, doc_del_count: 0, purge_seq: 0, external_bytes: 0, revs_limit: 1000 }
+        DbState {
+            update_seq: 0,
+            doc_count: 0,
+            doc_del_count: 0,
+            purge_seq: 0,
+            external_bytes: 0,
+            revs_limit: 1000,
+        }
     }
 }
 
@@ -127,14 +148,27 @@ mod tests {
     #[test]
     fn round_trip_and_corruption() {
         let tree = RevTree::with_root(Rev::new(1, "a"), false, true);
-        let rec = DocRecord { seq: 5, tree, inline: vec![(0, "{}".into())] };
+        let rec = DocRecord {
+            seq: 5,
+            tree,
+            inline: vec![(0, "{}".into())],
+        };
         let bytes = encode(&rec);
         assert_eq!(DocRecord::decode(&bytes).unwrap(), rec);
         assert!(DocRecord::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(DocRecord::decode(&[9, 1, 2]).is_err());
         assert_eq!(rec.winner_bytes(), 2);
-        assert!(DocRecord::decode(&encode(&DocRecord { seq: 1, tree: RevTree::default(), inline: vec![] })).is_err());
-        let bad = DocRecord { seq: 1, tree: rec.tree.clone(), inline: vec![(3, "{}".into())] };
+        assert!(DocRecord::decode(&encode(&DocRecord {
+            seq: 1,
+            tree: RevTree::default(),
+            inline: vec![]
+        }))
+        .is_err());
+        let bad = DocRecord {
+            seq: 1,
+            tree: rec.tree.clone(),
+            inline: vec![(3, "{}".into())],
+        };
         assert!(DocRecord::decode(&encode(&bad)).is_err());
     }
 }

@@ -21,19 +21,32 @@ use crate::error::DocFailure;
 pub enum Edit {
     /// The tree changed: `rev` was added (its body must be stored) and the
     /// `stemmed` nodes were removed (their bodies must be deleted).
-    Changed { tree: RevTree, rev: Rev, stemmed: Vec<Node> },
+    Changed {
+        tree: RevTree,
+        rev: Rev,
+        stemmed: Vec<Node>,
+    },
     /// A replicated revision that is already present: nothing to write.
     Unchanged { rev: Rev },
 }
 
 /// Applies one edit to `existing` (None when the document does not exist).
-pub fn apply(existing: Option<&RevTree>, doc: &Doc, new_edits: bool, revs_limit: usize) -> Result<Edit, DocFailure> {
+pub fn apply(
+    existing: Option<&RevTree>,
+    doc: &Doc,
+    new_edits: bool,
+    revs_limit: usize,
+) -> Result<Edit, DocFailure> {
     let (mut tree, rev) = if new_edits {
         new_edit(existing, doc)?
     } else {
         match replicated_edit(existing, doc)? {
             Some(changed) => changed,
-            None => return Ok(Edit::Unchanged { rev: doc.rev.clone().unwrap_or_else(|| Rev::new(0, "")) }),
+            None => {
+                return Ok(Edit::Unchanged {
+                    rev: doc.rev.clone().unwrap_or_else(|| Rev::new(0, "")),
+                })
+            }
         }
     };
     let stemmed = tree.stem(revs_limit);
@@ -55,16 +68,19 @@ fn new_edit(existing: Option<&RevTree>, doc: &Doc) -> Result<(RevTree, Rev), Doc
     };
     let rev = Rev::next(parent.as_ref(), doc.deleted, doc.body.as_str().as_bytes());
     let mut tree = existing.cloned().unwrap_or_default();
-    tree.add(parent.as_ref(), rev.clone(), doc.deleted, true).map_err(|_| DocFailure::Conflict)?;
+    tree.add(parent.as_ref(), rev.clone(), doc.deleted, true)
+        .map_err(|_| DocFailure::Conflict)?;
     Ok((tree, rev))
 }
 
 /// Merges a replicated revision; None when it was already present.
-fn replicated_edit(existing: Option<&RevTree>, doc: &Doc) -> Result<Option<(RevTree, Rev)>, DocFailure> {
-    let rev = doc
-        .rev
-        .clone()
-        .ok_or_else(|| DocFailure::Bad(DocError::BadRequest("new_edits=false requires _rev".into())))?;
+fn replicated_edit(
+    existing: Option<&RevTree>,
+    doc: &Doc,
+) -> Result<Option<(RevTree, Rev)>, DocFailure> {
+    let rev = doc.rev.clone().ok_or_else(|| {
+        DocFailure::Bad(DocError::BadRequest("new_edits=false requires _rev".into()))
+    })?;
     let path = doc.revisions.clone().unwrap_or_else(|| vec![rev.clone()]);
     let mut tree = existing.cloned().unwrap_or_default();
     let added = tree
@@ -93,12 +109,29 @@ mod tests {
     fn create_update_conflict() {
         let (t1, r1) = changed(apply(None, &doc(json!({"a":1})), true, 1000).unwrap());
         assert_eq!(r1.pos, 1);
-        assert_eq!(apply(Some(&t1), &doc(json!({"a":2})), true, 1000), Err(DocFailure::Conflict));
-        assert_eq!(apply(None, &doc(json!({"_rev": r1.to_string()})), true, 1000), Err(DocFailure::Conflict));
-        let (t2, r2) = changed(apply(Some(&t1), &doc(json!({"_rev": r1.to_string(), "a":2})), true, 1000).unwrap());
+        assert_eq!(
+            apply(Some(&t1), &doc(json!({"a":2})), true, 1000),
+            Err(DocFailure::Conflict)
+        );
+        assert_eq!(
+            apply(None, &doc(json!({"_rev": r1.to_string()})), true, 1000),
+            Err(DocFailure::Conflict)
+        );
+        let (t2, r2) = changed(
+            apply(
+                Some(&t1),
+                &doc(json!({"_rev": r1.to_string(), "a":2})),
+                true,
+                1000,
+            )
+            .unwrap(),
+        );
         assert_eq!(r2.pos, 2);
         // Editing a non-leaf is a conflict.
-        assert_eq!(apply(Some(&t2), &doc(json!({"_rev": r1.to_string()})), true, 1000), Err(DocFailure::Conflict));
+        assert_eq!(
+            apply(Some(&t2), &doc(json!({"_rev": r1.to_string()})), true, 1000),
+            Err(DocFailure::Conflict)
+        );
     }
 
     #[test]
@@ -125,7 +158,12 @@ mod tests {
         let (t, r) = changed(apply(None, &d, false, 1000).unwrap());
         assert_eq!(r, Rev::new(3, "c"));
         assert_eq!(t.len(), 3);
-        assert_eq!(apply(Some(&t), &d, false, 1000), Ok(Edit::Unchanged { rev: Rev::new(3, "c") }));
+        assert_eq!(
+            apply(Some(&t), &d, false, 1000),
+            Ok(Edit::Unchanged {
+                rev: Rev::new(3, "c")
+            })
+        );
         let other = doc(json!({"_rev":"3-z","_revisions":{"start":3,"ids":["z","b","a"]}}));
         let (t2, _) = changed(apply(Some(&t), &other, false, 1000).unwrap());
         assert_eq!(t2.leaves().len(), 2);

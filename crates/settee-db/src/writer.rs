@@ -65,7 +65,10 @@ pub(crate) enum Request {
     /// Apply buffered batch-mode updates and fsync everything (`_ensure_full_commit`).
     Flush(oneshot::Sender<Result<()>>),
     SetRevsLimit(u64, oneshot::Sender<Result<()>>),
-    Purge(Vec<(String, Vec<Rev>)>, oneshot::Sender<Result<PurgeOutcome>>),
+    Purge(
+        Vec<(String, Vec<Rev>)>,
+        oneshot::Sender<Result<PurgeOutcome>>,
+    ),
     /// Drop the bodies of non-leaf revisions of these documents.
     Compact(Vec<String>, oneshot::Sender<Result<()>>),
     /// Flush everything and stop (the sender joins the thread).
@@ -85,8 +88,14 @@ impl Request {
 
 /// A reply to send once the group is committed.
 enum Reply {
-    Update(oneshot::Sender<Result<Vec<DocResult>>>, Result<Vec<DocResult>>),
-    Local(oneshot::Sender<Result<std::result::Result<String, DocFailure>>>, std::result::Result<String, DocFailure>),
+    Update(
+        oneshot::Sender<Result<Vec<DocResult>>>,
+        Result<Vec<DocResult>>,
+    ),
+    Local(
+        oneshot::Sender<Result<std::result::Result<String, DocFailure>>>,
+        std::result::Result<String, DocFailure>,
+    ),
     Unit(oneshot::Sender<Result<()>>),
     Purge(oneshot::Sender<Result<PurgeOutcome>>, PurgeOutcome),
 }
@@ -121,13 +130,25 @@ pub(crate) struct Writer {
 
 impl Writer {
     pub(crate) fn new(shared: Arc<Shared>, rx: Receiver<Request>, state: DbState) -> Writer {
-        Writer { shared, rx, state, buffered: Vec::new(), buffered_docs: 0, buffered_since: None, unsynced_since: None }
+        Writer {
+            shared,
+            rx,
+            state,
+            buffered: Vec::new(),
+            buffered_docs: 0,
+            buffered_since: None,
+            unsynced_since: None,
+        }
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         let opts = &self.shared.opts;
-        let batch = self.buffered_since.map(|t| t + Duration::from_millis(opts.batch_flush_ms));
-        let delayed = self.unsynced_since.map(|t| t + Duration::from_millis(opts.delayed_flush_ms));
+        let batch = self
+            .buffered_since
+            .map(|t| t + Duration::from_millis(opts.batch_flush_ms));
+        let delayed = self
+            .unsynced_since
+            .map(|t| t + Duration::from_millis(opts.delayed_flush_ms));
         match (batch, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -191,14 +212,18 @@ impl Writer {
         }
         let opts = &self.shared.opts;
         let batch_due = self.buffered_docs >= opts.batch_docs_max
-            || self.buffered_since.is_some_and(|t| now >= t + Duration::from_millis(opts.batch_flush_ms));
+            || self
+                .buffered_since
+                .is_some_and(|t| now >= t + Duration::from_millis(opts.batch_flush_ms));
         let mut buffered = Vec::new();
         if (batch_due || flush_all) && !self.buffered.is_empty() {
             buffered = std::mem::take(&mut self.buffered);
             self.buffered_docs = 0;
             self.buffered_since = None;
         }
-        let delayed_due = self.unsynced_since.is_some_and(|t| now >= t + Duration::from_millis(opts.delayed_flush_ms));
+        let delayed_due = self
+            .unsynced_since
+            .is_some_and(|t| now >= t + Duration::from_millis(opts.delayed_flush_ms));
         if todo.is_empty() && buffered.is_empty() {
             if delayed_due {
                 self.sync_now();
@@ -248,7 +273,13 @@ impl Writer {
                         replies.push(Reply::Update(tx, results));
                     }
                 }
-                Request::Local { id, rev, body, durability, reply } => {
+                Request::Local {
+                    id,
+                    rev,
+                    body,
+                    durability,
+                    reply,
+                } => {
                     sync |= durability == Durability::Full;
                     let r = ctx.local(&id, rev.as_deref(), body);
                     match r {
@@ -280,12 +311,19 @@ impl Writer {
                 Request::Shutdown => sync = true,
             }
         }
-        let Ctx { state, state_dirty, batch, .. } = ctx;
+        let Ctx {
+            state,
+            state_dirty,
+            batch,
+            ..
+        } = ctx;
         let wrote_anything = !batch.is_empty() || state_dirty;
         let result = if wrote_anything {
             let mut batch = batch;
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
-            self.shared.poison.guard(self.shared.store.write(batch, sync))
+            self.shared
+                .poison
+                .guard(self.shared.store.write(batch, sync))
         } else if sync && self.unsynced_since.is_some() {
             self.shared.poison.guard(self.shared.store.sync())
         } else {
@@ -323,7 +361,9 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
                 }
             }
             Request::Local { reply, .. } => drop(reply.send(Err(e.clone()))),
-            Request::Flush(tx) | Request::SetRevsLimit(_, tx) | Request::Compact(_, tx) => drop(tx.send(Err(e.clone()))),
+            Request::Flush(tx) | Request::SetRevsLimit(_, tx) | Request::Compact(_, tx) => {
+                drop(tx.send(Err(e.clone())))
+            }
             Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Shutdown => {}
         }
@@ -332,7 +372,10 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
 
 /// The inline (leaf) bodies of a record, by revision.
 fn inline_bodies(rec: &DocRecord) -> Vec<(Rev, String)> {
-    rec.inline.iter().map(|(i, body)| (rec.tree.nodes()[*i as usize].rev.clone(), body.clone())).collect()
+    rec.inline
+        .iter()
+        .map(|(i, body)| (rec.tree.nodes()[*i as usize].rev.clone(), body.clone()))
+        .collect()
 }
 
 /// The state of one group commit being assembled.
@@ -394,7 +437,10 @@ impl<'a> Ctx<'a> {
         ids.dedup();
         let keys: Vec<Vec<u8>> = ids.iter().map(|id| keys::doc(self.db, id)).collect();
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let values = self.shared.poison.guard(self.shared.store.multi_get(Keyspace::Docs, &key_refs))?;
+        let values = self
+            .shared
+            .poison
+            .guard(self.shared.store.multi_get(Keyspace::Docs, &key_refs))?;
         for (id, v) in ids.into_iter().zip(values) {
             let rec = v.map(|b| DocRecord::decode(&b)).transpose()?;
             self.records.insert(id.to_string(), rec);
@@ -406,7 +452,11 @@ impl<'a> Ctx<'a> {
         if let Some(r) = self.records.get(id) {
             return Ok(r.clone());
         }
-        let v = self.shared.poison.guard(self.shared.store.get(Keyspace::Docs, &keys::doc(self.db, id)))?;
+        let v = self.shared.poison.guard(
+            self.shared
+                .store
+                .get(Keyspace::Docs, &keys::doc(self.db, id)),
+        )?;
         let rec = v.map(|b| DocRecord::decode(&b)).transpose()?;
         self.records.insert(id.to_string(), rec.clone());
         Ok(rec)
@@ -420,7 +470,11 @@ impl<'a> Ctx<'a> {
         let cp = Checkpoint {
             state: self.state.clone(),
             ops: self.batch.ops.len(),
-            records: u.docs.iter().map(|d| (d.id.clone(), self.records.get(&d.id).cloned().flatten())).collect(),
+            records: u
+                .docs
+                .iter()
+                .map(|d| (d.id.clone(), self.records.get(&d.id).cloned().flatten()))
+                .collect(),
         };
         let results = self.update(u);
         let failures: Vec<(String, DocFailure)> = u
@@ -442,7 +496,10 @@ impl<'a> Ctx<'a> {
 
     /// Applies each document of a request; failures affect only their document.
     fn update(&mut self, u: &UpdateReq) -> Vec<DocResult> {
-        u.docs.iter().map(|doc| self.update_doc(doc, u.new_edits)).collect()
+        u.docs
+            .iter()
+            .map(|doc| self.update_doc(doc, u.new_edits))
+            .collect()
     }
 
     fn update_doc(&mut self, doc: &Doc, new_edits: bool) -> DocResult {
@@ -455,7 +512,10 @@ impl<'a> Ctx<'a> {
             Edit::Unchanged { rev } => Ok(rev),
             Edit::Changed { tree, rev, stemmed } => {
                 for n in stemmed.iter().filter(|n| n.has_body) {
-                    self.batch.delete(Keyspace::Bodies, keys::body(self.db, &doc.id, n.rev.pos, &n.rev.hash));
+                    self.batch.delete(
+                        Keyspace::Bodies,
+                        keys::body(self.db, &doc.id, n.rev.pos, &n.rev.hash),
+                    );
                 }
                 let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
                 bodies.push((rev.clone(), doc.body.as_str().to_string()));
@@ -470,13 +530,23 @@ impl<'a> Ctx<'a> {
     /// leaves' and the new revision's): leaves of `tree` keep theirs inline,
     /// revisions that stopped being leaves move theirs to the Bodies
     /// keyspace, and revisions no longer in the tree drop theirs.
-    fn put_record(&mut self, id: &str, old: Option<&DocRecord>, tree: RevTree, bodies: Vec<(Rev, String)>) {
+    fn put_record(
+        &mut self,
+        id: &str,
+        old: Option<&DocRecord>,
+        tree: RevTree,
+        bodies: Vec<(Rev, String)>,
+    ) {
         let db = self.db;
         let mut inline = Vec::with_capacity(1);
         for (rev, body) in bodies {
             match tree.find(&rev) {
                 Some(i) if tree.is_leaf(&rev) => inline.push((i as u32, body)),
-                Some(_) => self.batch.put(Keyspace::Bodies, keys::body(db, id, rev.pos, &rev.hash), body.into_bytes()),
+                Some(_) => self.batch.put(
+                    Keyspace::Bodies,
+                    keys::body(db, id, rev.pos, &rev.hash),
+                    body.into_bytes(),
+                ),
                 None => {}
             }
         }
@@ -486,15 +556,27 @@ impl<'a> Ctx<'a> {
         self.count(presence(old.map(|r| &r.tree)), presence(Some(&tree)));
         self.state.update_seq += 1;
         let seq = self.state.update_seq;
-        let leaves = tree.leaves().into_iter().map(|l| (l.rev, l.deleted)).collect();
-        self.batch.put(Keyspace::Seqs, keys::seq(db, seq), encode(&SeqRecord { id: id.to_string(), leaves }));
+        let leaves = tree
+            .leaves()
+            .into_iter()
+            .map(|l| (l.rev, l.deleted))
+            .collect();
+        self.batch.put(
+            Keyspace::Seqs,
+            keys::seq(db, seq),
+            encode(&SeqRecord {
+                id: id.to_string(),
+                leaves,
+            }),
+        );
         let rec = DocRecord { seq, tree, inline };
         self.state.external_bytes = self
             .state
             .external_bytes
             .saturating_sub(old.map_or(0, DocRecord::winner_bytes))
             .saturating_add(rec.winner_bytes());
-        self.batch.put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
+        self.batch
+            .put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
         self.records.insert(id.to_string(), Some(rec));
     }
 
@@ -514,12 +596,22 @@ impl<'a> Ctx<'a> {
 
     /// Writes or deletes a `_local` document. Revisions are `0-N`; the given
     /// rev must match the stored one.
-    fn local(&mut self, id: &str, rev: Option<&str>, body: Option<Body>) -> Result<std::result::Result<String, DocFailure>> {
+    fn local(
+        &mut self,
+        id: &str,
+        rev: Option<&str>,
+        body: Option<Body>,
+    ) -> Result<std::result::Result<String, DocFailure>> {
         let current = match self.locals.get(id) {
             Some(r) => r.clone(),
             None => {
-                let v = self.shared.poison.guard(self.shared.store.get(Keyspace::Local, &keys::doc(self.db, id)))?;
-                v.map(|b| decode::<LocalRecord>(&b, "local document")).transpose()?
+                let v = self.shared.poison.guard(
+                    self.shared
+                        .store
+                        .get(Keyspace::Local, &keys::doc(self.db, id)),
+                )?;
+                v.map(|b| decode::<LocalRecord>(&b, "local document"))
+                    .transpose()?
             }
         };
         let current_rev = current.as_ref().map(|r| format!("0-{}", r.rev));
@@ -529,10 +621,15 @@ impl<'a> Ctx<'a> {
                 if body.len() > self.shared.opts.max_document_bytes {
                     return Ok(Err(DocFailure::TooLarge(body.len())));
                 }
-                if current.is_some() && rev != current_rev.as_deref() || current.is_none() && rev.is_some_and(|r| r != "0-0") {
+                if current.is_some() && rev != current_rev.as_deref()
+                    || current.is_none() && rev.is_some_and(|r| r != "0-0")
+                {
                     return Ok(Err(DocFailure::Conflict));
                 }
-                let rec = LocalRecord { rev: current.map_or(1, |c| c.rev + 1), body: body.as_str().to_string() };
+                let rec = LocalRecord {
+                    rev: current.map_or(1, |c| c.rev + 1),
+                    body: body.as_str().to_string(),
+                };
                 let new_rev = format!("0-{}", rec.rev);
                 self.batch.put(Keyspace::Local, key, encode(&rec));
                 self.locals.insert(id.to_string(), Some(rec));
@@ -569,7 +666,10 @@ impl<'a> Ctx<'a> {
                 }
                 for n in tree.purge_leaf(rev) {
                     if n.has_body {
-                        self.batch.delete(Keyspace::Bodies, keys::body(db, &id, n.rev.pos, &n.rev.hash));
+                        self.batch.delete(
+                            Keyspace::Bodies,
+                            keys::body(db, &id, n.rev.pos, &n.rev.hash),
+                        );
                     }
                     if n.rev == *rev {
                         removed_revs.push(n.rev);
@@ -578,13 +678,21 @@ impl<'a> Ctx<'a> {
             }
             if !removed_revs.is_empty() {
                 self.state.purge_seq += 1;
-                let rec = PurgeRecord { id: id.clone(), revs: removed_revs.clone() };
-                self.batch.put(Keyspace::Purges, keys::seq(db, self.state.purge_seq), encode(&rec));
+                let rec = PurgeRecord {
+                    id: id.clone(),
+                    revs: removed_revs.clone(),
+                };
+                self.batch.put(
+                    Keyspace::Purges,
+                    keys::seq(db, self.state.purge_seq),
+                    encode(&rec),
+                );
                 if tree.is_empty() {
                     self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
                     self.batch.delete(Keyspace::Docs, keys::doc(db, &id));
                     self.count(presence(Some(&old.tree)), Presence::Absent);
-                    self.state.external_bytes = self.state.external_bytes.saturating_sub(old.winner_bytes());
+                    self.state.external_bytes =
+                        self.state.external_bytes.saturating_sub(old.winner_bytes());
                     self.records.insert(id.clone(), None);
                 } else {
                     let bodies = inline_bodies(&old);
@@ -594,23 +702,30 @@ impl<'a> Ctx<'a> {
             purged.push((id, removed_revs));
         }
         self.state_dirty = true;
-        Ok(PurgeOutcome { purge_seq: self.state.purge_seq, purged })
+        Ok(PurgeOutcome {
+            purge_seq: self.state.purge_seq,
+            purged,
+        })
     }
 
     /// Drops the stored bodies of non-leaf revisions of these documents.
     fn compact(&mut self, ids: &[String]) -> Result<()> {
         let db = self.db;
         for id in ids {
-            let Some(mut rec) = self.load(id)? else { continue };
+            let Some(mut rec) = self.load(id)? else {
+                continue;
+            };
             let doomed = rec.tree.non_leaf_bodies();
             if doomed.is_empty() {
                 continue;
             }
             for rev in &doomed {
-                self.batch.delete(Keyspace::Bodies, keys::body(db, id, rev.pos, &rev.hash));
+                self.batch
+                    .delete(Keyspace::Bodies, keys::body(db, id, rev.pos, &rev.hash));
                 rec.tree.drop_body(rev);
             }
-            self.batch.put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
+            self.batch
+                .put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
             self.records.insert(id.clone(), Some(rec));
         }
         Ok(())

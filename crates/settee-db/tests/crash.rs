@@ -43,7 +43,9 @@ fn crash_child() {
                 let mut n = 0u64;
                 while started.elapsed() < CHILD_LIFETIME {
                     let id = format!("r{round}-t{t}-{n}");
-                    let rev = db.put(Doc::new(id.clone(), json!({"n": n, "pad": "x".repeat(100)})).unwrap()).unwrap();
+                    let rev = db
+                        .put(Doc::new(id.clone(), json!({"n": n, "pad": "x".repeat(100)})).unwrap())
+                        .unwrap();
                     ack(&id, &rev);
                     // Every other document gets a second revision.
                     if n % 2 == 0 {
@@ -69,9 +71,20 @@ fn ack(id: &str, rev: &Rev) {
 }
 
 /// Runs one child, kills it after a random delay, returns its acks.
-fn run_child_and_kill(dir: &std::path::Path, round: usize, rng: &mut impl Rng) -> Vec<(String, Rev)> {
+fn run_child_and_kill(
+    dir: &std::path::Path,
+    round: usize,
+    rng: &mut impl Rng,
+) -> Vec<(String, Rev)> {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "crash_child", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "crash_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env("SETTEE_CRASH_DIR", dir)
         .env("SETTEE_CRASH_ROUND", round.to_string())
         .stdout(Stdio::piped())
@@ -85,7 +98,9 @@ fn run_child_and_kill(dir: &std::path::Path, round: usize, rng: &mut impl Rng) -
             let Ok(line) = line else { break };
             let mut parts = line.split(' ');
             if parts.next() == Some("ack") {
-                let (Some(id), Some(rev)) = (parts.next(), parts.next()) else { continue };
+                let (Some(id), Some(rev)) = (parts.next(), parts.next()) else {
+                    continue;
+                };
                 acks.push((id.to_string(), rev.parse::<Rev>().unwrap()));
             }
         }
@@ -112,7 +127,10 @@ fn crash_test_sigkill_keeps_every_acknowledged_write() {
         verify(dir.path(), &acked);
     }
     eprintln!("crash test: {ROUNDS} SIGKILLs, {total_acks} acknowledged writes verified");
-    assert!(total_acks > ROUNDS * 10, "the children acknowledged writes ({total_acks})");
+    assert!(
+        total_acks > ROUNDS * 10,
+        "the children acknowledged writes ({total_acks})"
+    );
 }
 
 fn verify(dir: &std::path::Path, acked: &BTreeMap<String, HashSet<Rev>>) {
@@ -129,8 +147,17 @@ fn verify(dir: &std::path::Path, acked: &BTreeMap<String, HashSet<Rev>>) {
     let reader = db.reader().unwrap();
     for (id, revs) in acked {
         for rev in revs {
-            let got = reader.get(id, &GetOptions { rev: Some(rev.clone()), ..Default::default() });
-            assert!(got.is_ok(), "acknowledged {id} {rev} is missing after SIGKILL: {got:?}");
+            let got = reader.get(
+                id,
+                &GetOptions {
+                    rev: Some(rev.clone()),
+                    ..Default::default()
+                },
+            );
+            assert!(
+                got.is_ok(),
+                "acknowledged {id} {rev} is missing after SIGKILL: {got:?}"
+            );
         }
     }
     // Counts, changes and by-id agree.
@@ -152,7 +179,12 @@ fn verify(dir: &std::path::Path, acked: &BTreeMap<String, HashSet<Rev>>) {
             max_seq = max_seq.max(row.seq);
             assert!(seen.insert(row.id.clone()), "one change row per document");
             let tree = reader.rev_tree(&row.id).unwrap().unwrap();
-            assert_eq!(tree.winner().unwrap().rev, *row.winner(), "changes and by-id agree on {}", row.id);
+            assert_eq!(
+                tree.winner().unwrap().rev,
+                *row.winner(),
+                "changes and by-id agree on {}",
+                row.id
+            );
             true
         })
         .unwrap();

@@ -9,8 +9,8 @@ use serde_json::json;
 use settee_core::doc::{Body, Doc};
 use settee_core::rev::Rev;
 use settee_db::{
-    ChangeRow, Database, DocFailure, Durability, Engine, EngineOptions, Error, GetOptions, IdRange, OpenRev, OpenRevs,
-    UpdateOptions,
+    ChangeRow, Database, DocFailure, Durability, Engine, EngineOptions, Error, GetOptions, IdRange,
+    OpenRev, OpenRevs, UpdateOptions,
 };
 use settee_store::faulty::FaultyStore;
 use settee_store::mem::MemStore;
@@ -18,7 +18,10 @@ use settee_store::Store;
 
 fn mem_engine() -> (Engine, Arc<MemStore>) {
     let store = Arc::new(MemStore::new());
-    (Engine::with_store(store.clone(), EngineOptions::default()), store)
+    (
+        Engine::with_store(store.clone(), EngineOptions::default()),
+        store,
+    )
 }
 
 fn doc(v: serde_json::Value) -> Doc {
@@ -66,12 +69,18 @@ fn database_lifecycle_and_names() {
     put(&a, json!({"_id": "x"}));
     e.delete_db("a").unwrap();
     assert!(matches!(e.db("a"), Err(Error::NotFound(_))));
-    assert!(matches!(a.reader(), Err(Error::NotFound(_))), "old handles see the deletion");
+    assert!(
+        matches!(a.reader(), Err(Error::NotFound(_))),
+        "old handles see the deletion"
+    );
     assert!(matches!(e.delete_db("a"), Err(Error::NotFound(_))));
     // Re-created, the database starts empty.
     let a = e.create_db("a").unwrap();
     assert_eq!(a.info().unwrap().doc_count, 0);
-    assert!(matches!(a.reader().unwrap().get("x", &GetOptions::default()), Err(Error::NotFound("missing"))));
+    assert!(matches!(
+        a.reader().unwrap().get("x", &GetOptions::default()),
+        Err(Error::NotFound("missing"))
+    ));
 }
 
 #[test]
@@ -80,9 +89,15 @@ fn edits_conflicts_and_winner() {
     let db = e.create_db("d").unwrap();
     let r1 = put(&db, json!({"_id": "doc", "v": 1}));
     assert_eq!(r1.pos, 1);
-    assert!(matches!(db.put(doc(json!({"_id": "doc", "v": 2}))), Err(Error::Doc(DocFailure::Conflict))));
+    assert!(matches!(
+        db.put(doc(json!({"_id": "doc", "v": 2}))),
+        Err(Error::Doc(DocFailure::Conflict))
+    ));
     let r2 = put(&db, json!({"_id": "doc", "_rev": r1.to_string(), "v": 2}));
-    assert!(matches!(db.put(doc(json!({"_id": "doc", "_rev": r1.to_string()}))), Err(Error::Doc(DocFailure::Conflict))));
+    assert!(matches!(
+        db.put(doc(json!({"_id": "doc", "_rev": r1.to_string()}))),
+        Err(Error::Doc(DocFailure::Conflict))
+    ));
     // A replicated sibling of r2 makes a conflict; the winner is deterministic.
     let sibling = Rev::new(2, "ffffffffffffffffffffffffffffffff");
     let res = db
@@ -93,27 +108,72 @@ fn edits_conflicts_and_winner() {
         .unwrap();
     assert_eq!(res, vec![Ok(sibling.clone())]);
     let r = db.reader().unwrap();
-    let winner = r.get("doc", &GetOptions { conflicts: true, revs: true, ..Default::default() }).unwrap();
+    let winner = r
+        .get(
+            "doc",
+            &GetOptions {
+                conflicts: true,
+                revs: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(winner.rev, sibling, "higher hash wins at equal generation");
     assert_eq!(winner.conflicts, vec![r2.clone()]);
     assert_eq!(winner.revisions.unwrap(), vec![sibling.clone(), r1.clone()]);
     assert_eq!(winner.body.as_str(), r#"{"v":"s"}"#);
     // The old revision is still readable until compaction.
-    let old = r.get("doc", &GetOptions { rev: Some(r1.clone()), ..Default::default() }).unwrap();
+    let old = r
+        .get(
+            "doc",
+            &GetOptions {
+                rev: Some(r1.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(old.body.as_str(), r#"{"v":1}"#);
     // latest=true from r1 gives the best leaf descending from it.
-    let latest = r.get("doc", &GetOptions { rev: Some(r1.clone()), latest: true, ..Default::default() }).unwrap();
+    let latest = r
+        .get(
+            "doc",
+            &GetOptions {
+                rev: Some(r1.clone()),
+                latest: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(latest.rev, sibling);
-    let leaves = r.open_revs("doc", &OpenRevs::AllLeaves, &GetOptions::default()).unwrap();
+    let leaves = r
+        .open_revs("doc", &OpenRevs::AllLeaves, &GetOptions::default())
+        .unwrap();
     assert_eq!(leaves.len(), 2);
     let missing = Rev::new(9, "nope");
-    let asked = r.open_revs("doc", &OpenRevs::Revs(vec![r2.clone(), missing.clone()]), &GetOptions::default()).unwrap();
+    let asked = r
+        .open_revs(
+            "doc",
+            &OpenRevs::Revs(vec![r2.clone(), missing.clone()]),
+            &GetOptions::default(),
+        )
+        .unwrap();
     assert!(matches!(&asked[0], OpenRev::Found(d) if d.rev == r2));
     assert_eq!(asked[1], OpenRev::Missing(missing));
     // Deleting the winner makes the other branch win.
-    put(&db, json!({"_id": "doc", "_rev": sibling.to_string(), "_deleted": true}));
+    put(
+        &db,
+        json!({"_id": "doc", "_rev": sibling.to_string(), "_deleted": true}),
+    );
     let r = db.reader().unwrap();
-    let now = r.get("doc", &GetOptions { deleted_conflicts: true, ..Default::default() }).unwrap();
+    let now = r
+        .get(
+            "doc",
+            &GetOptions {
+                deleted_conflicts: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(now.rev, r2);
     assert_eq!(now.deleted_conflicts.len(), 1);
     let info = db.info().unwrap();
@@ -125,15 +185,37 @@ fn tombstones_and_recreation() {
     let (e, _) = mem_engine();
     let db = e.create_db("d").unwrap();
     let r1 = put(&db, json!({"_id": "t", "a": 1}));
-    let r2 = put(&db, json!({"_id": "t", "_rev": r1.to_string(), "_deleted": true}));
+    let r2 = put(
+        &db,
+        json!({"_id": "t", "_rev": r1.to_string(), "_deleted": true}),
+    );
     let r = db.reader().unwrap();
-    assert!(matches!(r.get("t", &GetOptions::default()), Err(Error::NotFound("deleted"))));
-    let tomb = r.get("t", &GetOptions { rev: Some(r2.clone()), ..Default::default() }).unwrap();
+    assert!(matches!(
+        r.get("t", &GetOptions::default()),
+        Err(Error::NotFound("deleted"))
+    ));
+    let tomb = r
+        .get(
+            "t",
+            &GetOptions {
+                rev: Some(r2.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert!(tomb.deleted);
     let info = db.info().unwrap();
     assert_eq!((info.doc_count, info.doc_del_count), (0, 1));
-    assert!(all_ids(&db, &IdRange::default()).is_empty(), "deleted docs are not in _all_docs");
-    let key_row = db.reader().unwrap().all_docs_key("t", true, false).unwrap().unwrap();
+    assert!(
+        all_ids(&db, &IdRange::default()).is_empty(),
+        "deleted docs are not in _all_docs"
+    );
+    let key_row = db
+        .reader()
+        .unwrap()
+        .all_docs_key("t", true, false)
+        .unwrap()
+        .unwrap();
     assert!(key_row.deleted && key_row.doc.is_none());
     let ch = changes(&db, 0, false);
     assert_eq!(ch.len(), 1);
@@ -151,16 +233,33 @@ fn replication_merges_are_idempotent_and_stemmed() {
     let db = e.create_db("d").unwrap();
     db.set_revs_limit(3).unwrap();
     let ids: Vec<String> = (1..=5).rev().map(|i| format!("h{i}")).collect();
-    let d = doc(json!({"_id": "r", "_rev": "5-h5", "_revisions": {"start": 5, "ids": ids}, "x": 1}));
-    let opts = UpdateOptions { new_edits: false, ..Default::default() };
-    assert_eq!(db.update(vec![d.clone()], opts).unwrap(), vec![Ok(Rev::new(5, "h5"))]);
+    let d =
+        doc(json!({"_id": "r", "_rev": "5-h5", "_revisions": {"start": 5, "ids": ids}, "x": 1}));
+    let opts = UpdateOptions {
+        new_edits: false,
+        ..Default::default()
+    };
+    assert_eq!(
+        db.update(vec![d.clone()], opts).unwrap(),
+        vec![Ok(Rev::new(5, "h5"))]
+    );
     let seq = db.update_seq();
-    assert_eq!(db.update(vec![d], opts).unwrap(), vec![Ok(Rev::new(5, "h5"))]);
-    assert_eq!(db.update_seq(), seq, "an already-present revision changes nothing");
+    assert_eq!(
+        db.update(vec![d], opts).unwrap(),
+        vec![Ok(Rev::new(5, "h5"))]
+    );
+    assert_eq!(
+        db.update_seq(),
+        seq,
+        "an already-present revision changes nothing"
+    );
     let tree = db.reader().unwrap().rev_tree("r").unwrap().unwrap();
     assert_eq!(tree.len(), 3, "stemmed to revs_limit");
     let bad = doc(json!({"_id": "r", "x": 1}));
-    assert!(matches!(&db.update(vec![bad], opts).unwrap()[0], Err(DocFailure::Bad(_))));
+    assert!(matches!(
+        &db.update(vec![bad], opts).unwrap()[0],
+        Err(DocFailure::Bad(_))
+    ));
 }
 
 #[test]
@@ -168,19 +267,55 @@ fn bulk_results_in_order_and_all_or_nothing() {
     let (e, _) = mem_engine();
     let db = e.create_db("d").unwrap();
     let r = put(&db, json!({"_id": "b"}));
-    let res = db.update(vec![doc(json!({"_id": "a"})), doc(json!({"_id": "b"})), doc(json!({"_id": "c"}))], UpdateOptions::default()).unwrap();
+    let res = db
+        .update(
+            vec![
+                doc(json!({"_id": "a"})),
+                doc(json!({"_id": "b"})),
+                doc(json!({"_id": "c"})),
+            ],
+            UpdateOptions::default(),
+        )
+        .unwrap();
     assert!(res[0].is_ok() && res[2].is_ok());
     assert_eq!(res[1], Err(DocFailure::Conflict));
-    let aon = UpdateOptions { all_or_nothing: true, ..Default::default() };
+    let aon = UpdateOptions {
+        all_or_nothing: true,
+        ..Default::default()
+    };
     let seq = db.update_seq();
-    let err = db.update(vec![doc(json!({"_id": "x"})), doc(json!({"_id": "b"}))], aon).unwrap_err();
+    let err = db
+        .update(
+            vec![doc(json!({"_id": "x"})), doc(json!({"_id": "b"}))],
+            aon,
+        )
+        .unwrap_err();
     assert!(matches!(&err, Error::AllOrNothingFailed(f) if f.len() == 1 && f[0].0 == "b"));
     assert_eq!(db.update_seq(), seq);
-    assert!(db.reader().unwrap().get("x", &GetOptions::default()).is_err(), "nothing written");
-    let ok = db.update(vec![doc(json!({"_id": "x"})), doc(json!({"_id": "b", "_rev": r.to_string()}))], aon).unwrap();
+    assert!(
+        db.reader()
+            .unwrap()
+            .get("x", &GetOptions::default())
+            .is_err(),
+        "nothing written"
+    );
+    let ok = db
+        .update(
+            vec![
+                doc(json!({"_id": "x"})),
+                doc(json!({"_id": "b", "_rev": r.to_string()})),
+            ],
+            aon,
+        )
+        .unwrap();
     assert!(ok.iter().all(|r| r.is_ok()));
     // Same id twice in one request: the second is a conflict.
-    let dup = db.update(vec![doc(json!({"_id": "z"})), doc(json!({"_id": "z"}))], UpdateOptions::default()).unwrap();
+    let dup = db
+        .update(
+            vec![doc(json!({"_id": "z"})), doc(json!({"_id": "z"}))],
+            UpdateOptions::default(),
+        )
+        .unwrap();
     assert!(dup[0].is_ok());
     assert_eq!(dup[1], Err(DocFailure::Conflict));
 }
@@ -188,10 +323,19 @@ fn bulk_results_in_order_and_all_or_nothing() {
 #[test]
 fn oversized_documents_are_refused() {
     let store = Arc::new(MemStore::new());
-    let e = Engine::with_store(store, EngineOptions { max_document_bytes: 100, ..Default::default() });
+    let e = Engine::with_store(
+        store,
+        EngineOptions {
+            max_document_bytes: 100,
+            ..Default::default()
+        },
+    );
     let db = e.create_db("d").unwrap();
     let big = doc(json!({"_id": "big", "s": "x".repeat(200)}));
-    assert!(matches!(db.put(big), Err(Error::Doc(DocFailure::TooLarge(_)))));
+    assert!(matches!(
+        db.put(big),
+        Err(Error::Doc(DocFailure::TooLarge(_)))
+    ));
     assert_eq!(db.update_seq(), 0);
 }
 
@@ -200,17 +344,50 @@ fn local_docs_are_unversioned_and_invisible() {
     let (e, _) = mem_engine();
     let db = e.create_db("d").unwrap();
     let body = || Some(Body::from_value(json!({"cp": 1})).unwrap());
-    assert_eq!(db.put_local("_local/a", None, body(), None).unwrap(), Ok("0-1".to_string()));
-    assert_eq!(db.put_local("_local/a", None, body(), None).unwrap(), Err(DocFailure::Conflict));
-    assert_eq!(db.put_local("_local/a", Some("0-1".into()), body(), None).unwrap(), Ok("0-2".to_string()));
+    assert_eq!(
+        db.put_local("_local/a", None, body(), None).unwrap(),
+        Ok("0-1".to_string())
+    );
+    assert_eq!(
+        db.put_local("_local/a", None, body(), None).unwrap(),
+        Err(DocFailure::Conflict)
+    );
+    assert_eq!(
+        db.put_local("_local/a", Some("0-1".into()), body(), None)
+            .unwrap(),
+        Ok("0-2".to_string())
+    );
     let got = db.reader().unwrap().get_local("_local/a").unwrap().unwrap();
-    assert_eq!((got.rev.as_str(), got.body.as_str()), ("0-2", r#"{"cp":1}"#));
+    assert_eq!(
+        (got.rev.as_str(), got.body.as_str()),
+        ("0-2", r#"{"cp":1}"#)
+    );
     let info = db.info().unwrap();
-    assert_eq!((info.doc_count, info.update_seq), (0, 0), "local docs are not counted nor in changes");
-    assert_eq!(db.put_local("_local/a", Some("0-1".into()), None, None).unwrap(), Err(DocFailure::Conflict));
-    assert_eq!(db.put_local("_local/a", Some("0-2".into()), None, None).unwrap(), Ok("0-0".to_string()));
-    assert_eq!(db.put_local("_local/a", None, None, None).unwrap(), Err(DocFailure::NotFound));
-    assert!(db.reader().unwrap().get_local("_local/a").unwrap().is_none());
+    assert_eq!(
+        (info.doc_count, info.update_seq),
+        (0, 0),
+        "local docs are not counted nor in changes"
+    );
+    assert_eq!(
+        db.put_local("_local/a", Some("0-1".into()), None, None)
+            .unwrap(),
+        Err(DocFailure::Conflict)
+    );
+    assert_eq!(
+        db.put_local("_local/a", Some("0-2".into()), None, None)
+            .unwrap(),
+        Ok("0-0".to_string())
+    );
+    assert_eq!(
+        db.put_local("_local/a", None, None, None).unwrap(),
+        Err(DocFailure::NotFound)
+    );
+    assert!(db
+        .reader()
+        .unwrap()
+        .get_local("_local/a")
+        .unwrap()
+        .is_none());
 }
 
 #[test]
@@ -229,11 +406,13 @@ fn changes_keep_one_row_per_doc_in_seq_order() {
     assert_eq!(changes(&db, 2, false).len(), 1);
     assert!(changes(&db, 3, false).is_empty());
     let mut limited = Vec::new();
-    db.reader().unwrap().changes(0, false, 1, &mut |r| {
-        limited.push(r.seq);
-        true
-    })
-    .unwrap();
+    db.reader()
+        .unwrap()
+        .changes(0, false, 1, &mut |r| {
+            limited.push(r.seq);
+            true
+        })
+        .unwrap();
     assert_eq!(limited, vec![2]);
 }
 
@@ -249,14 +428,21 @@ fn waiters_wake_on_commit() {
     assert_eq!(t.join().unwrap(), 1);
     assert!(watch.has_changed().unwrap());
     assert_eq!(*watch.borrow_and_update(), 1);
-    assert_eq!(db.wait_for_change(1, Duration::from_millis(20)), 1, "times out without a change");
+    assert_eq!(
+        db.wait_for_change(1, Duration::from_millis(20)),
+        1,
+        "times out without a change"
+    );
 }
 
 #[test]
 fn all_docs_ranges() {
     let (e, _) = mem_engine();
     let db = e.create_db("d").unwrap();
-    let docs: Vec<Doc> = ["a", "b", "c", "d", "e", "_design/x", "B", "é"].iter().map(|id| doc(json!({"_id": id}))).collect();
+    let docs: Vec<Doc> = ["a", "b", "c", "d", "e", "_design/x", "B", "é"]
+        .iter()
+        .map(|id| doc(json!({"_id": id})))
+        .collect();
     db.update(docs, UpdateOptions::default()).unwrap();
     let q = |start: Option<&str>, end: Option<&str>, incl: bool, desc: bool| IdRange {
         start: start.map(Into::into),
@@ -265,22 +451,55 @@ fn all_docs_ranges() {
         descending: desc,
         ..Default::default()
     };
-    assert_eq!(all_ids(&db, &IdRange::default()), vec!["B", "_design/x", "a", "b", "c", "d", "e", "é"], "raw byte order");
-    assert_eq!(all_ids(&db, &q(Some("b"), Some("d"), true, false)), vec!["b", "c", "d"]);
-    assert_eq!(all_ids(&db, &q(Some("b"), Some("d"), false, false)), vec!["b", "c"]);
-    assert_eq!(all_ids(&db, &q(Some("d"), Some("b"), true, true)), vec!["d", "c", "b"]);
-    assert_eq!(all_ids(&db, &q(Some("d"), Some("b"), false, true)), vec!["d", "c"]);
-    assert_eq!(all_ids(&db, &q(Some("bb"), None, true, false)), vec!["c", "d", "e", "é"]);
+    assert_eq!(
+        all_ids(&db, &IdRange::default()),
+        vec!["B", "_design/x", "a", "b", "c", "d", "e", "é"],
+        "raw byte order"
+    );
+    assert_eq!(
+        all_ids(&db, &q(Some("b"), Some("d"), true, false)),
+        vec!["b", "c", "d"]
+    );
+    assert_eq!(
+        all_ids(&db, &q(Some("b"), Some("d"), false, false)),
+        vec!["b", "c"]
+    );
+    assert_eq!(
+        all_ids(&db, &q(Some("d"), Some("b"), true, true)),
+        vec!["d", "c", "b"]
+    );
+    assert_eq!(
+        all_ids(&db, &q(Some("d"), Some("b"), false, true)),
+        vec!["d", "c"]
+    );
+    assert_eq!(
+        all_ids(&db, &q(Some("bb"), None, true, false)),
+        vec!["c", "d", "e", "é"]
+    );
     assert!(all_ids(&db, &q(Some("d"), Some("b"), true, false)).is_empty());
-    let page = IdRange { start: Some("a".into()), skip: 1, limit: 2, ..Default::default() };
+    let page = IdRange {
+        start: Some("a".into()),
+        skip: 1,
+        limit: 2,
+        ..Default::default()
+    };
     assert_eq!(all_ids(&db, &page), vec!["b", "c"]);
     let mut docs = Vec::new();
     db.reader()
         .unwrap()
-        .all_docs(&IdRange { limit: 1, start: Some("c".into()), ..Default::default() }, true, false, &mut |r| {
-            docs.push(r.doc.unwrap());
-            true
-        })
+        .all_docs(
+            &IdRange {
+                limit: 1,
+                start: Some("c".into()),
+                ..Default::default()
+            },
+            true,
+            false,
+            &mut |r| {
+                docs.push(r.doc.unwrap());
+                true
+            },
+        )
         .unwrap();
     assert_eq!(docs[0].id, "c");
     assert_eq!(docs[0].body.as_str(), "{}");
@@ -302,9 +521,28 @@ fn compaction_drops_old_bodies_but_keeps_every_leaf() {
     let seq = db.update_seq();
     db.compact_now().unwrap();
     let r = db.reader().unwrap();
-    assert!(matches!(r.get("a", &GetOptions { rev: Some(r1), ..Default::default() }), Err(Error::NotFound("missing"))));
+    assert!(matches!(
+        r.get(
+            "a",
+            &GetOptions {
+                rev: Some(r1),
+                ..Default::default()
+            }
+        ),
+        Err(Error::NotFound("missing"))
+    ));
     for leaf in [r2, conflict] {
-        assert!(r.get("a", &GetOptions { rev: Some(leaf), ..Default::default() }).is_ok(), "leaf readable after compaction");
+        assert!(
+            r.get(
+                "a",
+                &GetOptions {
+                    rev: Some(leaf),
+                    ..Default::default()
+                }
+            )
+            .is_ok(),
+            "leaf readable after compaction"
+        );
     }
     assert_eq!(db.update_seq(), seq, "compaction is not a change");
     assert!(db.compact().unwrap(), "background compaction starts");
@@ -323,28 +561,71 @@ fn purge_removes_revisions_entirely() {
     let db = e.create_db("p").unwrap();
     let r1 = put(&db, json!({"_id": "a"}));
     put(&db, json!({"_id": "b"}));
-    let out = db.purge(vec![("a".into(), vec![r1.clone()]), ("zz".into(), vec![r1.clone()])]).unwrap();
+    let out = db
+        .purge(vec![
+            ("a".into(), vec![r1.clone()]),
+            ("zz".into(), vec![r1.clone()]),
+        ])
+        .unwrap();
     assert_eq!(out.purge_seq, 1);
-    assert_eq!(out.purged, vec![("a".to_string(), vec![r1]), ("zz".to_string(), vec![])]);
+    assert_eq!(
+        out.purged,
+        vec![("a".to_string(), vec![r1]), ("zz".to_string(), vec![])]
+    );
     let info = db.info().unwrap();
-    assert_eq!((info.doc_count, info.doc_del_count, info.purge_seq), (1, 0, 1));
-    assert!(matches!(db.reader().unwrap().get("a", &GetOptions::default()), Err(Error::NotFound("missing"))));
-    assert_eq!(changes(&db, 0, false).iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
+    assert_eq!(
+        (info.doc_count, info.doc_del_count, info.purge_seq),
+        (1, 0, 1)
+    );
+    assert!(matches!(
+        db.reader().unwrap().get("a", &GetOptions::default()),
+        Err(Error::NotFound("missing"))
+    ));
+    assert_eq!(
+        changes(&db, 0, false)
+            .iter()
+            .map(|r| r.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["b"]
+    );
 }
 
 #[test]
 fn batch_mode_applies_within_flush_window_or_on_ensure_full_commit() {
     let store = Arc::new(MemStore::new());
-    let opts = EngineOptions { batch_flush_ms: 100, ..Default::default() };
+    let opts = EngineOptions {
+        batch_flush_ms: 100,
+        ..Default::default()
+    };
     let e = Engine::with_store(store.clone(), opts);
     let db = e.create_db("b").unwrap();
-    let batch = UpdateOptions { durability: Some(Durability::Batch), ..Default::default() };
-    assert!(db.update(vec![doc(json!({"_id": "a"}))], batch).unwrap().is_empty());
-    assert_eq!(db.wait_for_change(0, Duration::from_secs(5)), 1, "applied by the flush timer");
+    let batch = UpdateOptions {
+        durability: Some(Durability::Batch),
+        ..Default::default()
+    };
+    assert!(db
+        .update(vec![doc(json!({"_id": "a"}))], batch)
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        db.wait_for_change(0, Duration::from_secs(5)),
+        1,
+        "applied by the flush timer"
+    );
     store.crash();
     let e2 = Engine::with_store(store.clone(), EngineOptions::default());
-    assert_eq!(e2.db("b").unwrap().info().unwrap().doc_count, 1, "batch-mode docs are fsynced when applied");
-    let slow = Engine::with_store(Arc::new(MemStore::new()), EngineOptions { batch_flush_ms: 60_000, ..Default::default() });
+    assert_eq!(
+        e2.db("b").unwrap().info().unwrap().doc_count,
+        1,
+        "batch-mode docs are fsynced when applied"
+    );
+    let slow = Engine::with_store(
+        Arc::new(MemStore::new()),
+        EngineOptions {
+            batch_flush_ms: 60_000,
+            ..Default::default()
+        },
+    );
     let db = slow.create_db("b").unwrap();
     db.update(vec![doc(json!({"_id": "a"}))], batch).unwrap();
     assert_eq!(db.update_seq(), 0);
@@ -355,34 +636,66 @@ fn batch_mode_applies_within_flush_window_or_on_ensure_full_commit() {
 #[test]
 fn full_commit_survives_crash_delayed_is_flushed() {
     let store = Arc::new(MemStore::new());
-    let opts = EngineOptions { delayed_flush_ms: 60_000, ..Default::default() };
+    let opts = EngineOptions {
+        delayed_flush_ms: 60_000,
+        ..Default::default()
+    };
     let e = Engine::with_store(store.clone(), opts.clone());
     let db = e.create_db("d").unwrap();
     put(&db, json!({"_id": "full"}));
-    let delayed = UpdateOptions { durability: Some(Durability::Delayed), ..Default::default() };
-    db.update(vec![doc(json!({"_id": "delayed"}))], delayed).unwrap();
-    assert!(db.reader().unwrap().get("delayed", &GetOptions::default()).is_ok(), "applied at once");
+    let delayed = UpdateOptions {
+        durability: Some(Durability::Delayed),
+        ..Default::default()
+    };
+    db.update(vec![doc(json!({"_id": "delayed"}))], delayed)
+        .unwrap();
+    assert!(
+        db.reader()
+            .unwrap()
+            .get("delayed", &GetOptions::default())
+            .is_ok(),
+        "applied at once"
+    );
     store.crash();
     let e2 = Engine::with_store(store.clone(), opts.clone());
     let db2 = e2.db("d").unwrap();
     let r = db2.reader().unwrap();
     assert!(r.get("full", &GetOptions::default()).is_ok());
-    assert!(r.get("delayed", &GetOptions::default()).is_err(), "not yet flushed: lost in a power loss");
-    db2.update(vec![doc(json!({"_id": "delayed2"}))], delayed).unwrap();
+    assert!(
+        r.get("delayed", &GetOptions::default()).is_err(),
+        "not yet flushed: lost in a power loss"
+    );
+    db2.update(vec![doc(json!({"_id": "delayed2"}))], delayed)
+        .unwrap();
     db2.ensure_full_commit().unwrap();
     store.crash();
     let e3 = Engine::with_store(store.clone(), opts);
-    assert!(e3.db("d").unwrap().reader().unwrap().get("delayed2", &GetOptions::default()).is_ok());
+    assert!(e3
+        .db("d")
+        .unwrap()
+        .reader()
+        .unwrap()
+        .get("delayed2", &GetOptions::default())
+        .is_ok());
     // The flush timer alone also makes delayed writes durable.
     let store = Arc::new(MemStore::new());
-    let quick = EngineOptions { delayed_flush_ms: 50, ..Default::default() };
+    let quick = EngineOptions {
+        delayed_flush_ms: 50,
+        ..Default::default()
+    };
     let e = Engine::with_store(store.clone(), quick.clone());
     let db = e.create_db("d").unwrap();
     db.update(vec![doc(json!({"_id": "x"}))], delayed).unwrap();
     std::thread::sleep(Duration::from_millis(400));
     store.crash();
     let e2 = Engine::with_store(store, quick);
-    assert!(e2.db("d").unwrap().reader().unwrap().get("x", &GetOptions::default()).is_ok());
+    assert!(e2
+        .db("d")
+        .unwrap()
+        .reader()
+        .unwrap()
+        .get("x", &GetOptions::default())
+        .is_ok());
 }
 
 #[test]
@@ -393,14 +706,27 @@ fn fsync_failure_poisons_everything() {
     let other = e.create_db("o").unwrap();
     put(&db, json!({"_id": "ok"}));
     store.fail_syncs_after(0);
-    assert!(matches!(db.put(doc(json!({"_id": "lost"}))), Err(Error::Storage(_))));
+    assert!(matches!(
+        db.put(doc(json!({"_id": "lost"}))),
+        Err(Error::Storage(_))
+    ));
     // Every later call fails, on every database, even if the disk recovers.
     store.fail_syncs_after(u64::MAX);
-    assert!(matches!(db.put(doc(json!({"_id": "later"}))), Err(Error::Poisoned(_))));
+    assert!(matches!(
+        db.put(doc(json!({"_id": "later"}))),
+        Err(Error::Poisoned(_))
+    ));
     assert!(matches!(other.reader(), Err(Error::Poisoned(_))));
     assert!(matches!(e.create_db("n"), Err(Error::Poisoned(_))));
     assert!(matches!(db.ensure_full_commit(), Err(Error::Poisoned(_))));
-    assert!(store.inner().get(settee_store::Keyspace::Docs, &settee_db::keys::doc(1, "lost")).unwrap().is_none());
+    assert!(store
+        .inner()
+        .get(
+            settee_store::Keyspace::Docs,
+            &settee_db::keys::doc(1, "lost")
+        )
+        .unwrap()
+        .is_none());
 }
 
 #[test]
@@ -442,7 +768,17 @@ fn external_size_tracks_winning_bodies() {
     let r2 = put(&db, json!({"_id": "a", "_rev": r1.to_string(), "v": 1})); // {"v":1} = 7 bytes
     assert_eq!(db.info().unwrap().sizes.external, 9);
     // The replaced leaf's body moved out of line and is still readable.
-    let old = db.reader().unwrap().get("a", &GetOptions { rev: Some(r1), ..Default::default() }).unwrap();
+    let old = db
+        .reader()
+        .unwrap()
+        .get(
+            "a",
+            &GetOptions {
+                rev: Some(r1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(old.body.as_str(), r#"{"v":"12345"}"#);
     db.purge(vec![("a".into(), vec![r2])]).unwrap();
     assert_eq!(db.info().unwrap().sizes.external, 2);

@@ -22,7 +22,11 @@ pub struct FaultyStore<S> {
 
 impl<S: Store> FaultyStore<S> {
     pub fn new(inner: S) -> FaultyStore<S> {
-        FaultyStore { inner, syncs_left: AtomicU64::new(NEVER), writes_left: AtomicU64::new(NEVER) }
+        FaultyStore {
+            inner,
+            syncs_left: AtomicU64::new(NEVER),
+            writes_left: AtomicU64::new(NEVER),
+        }
     }
 
     /// After `n` more successful fsyncs, every fsync fails.
@@ -95,7 +99,10 @@ mod tests {
         f.fail_syncs_after(1);
         f.write(Batch::new(), true).unwrap();
         f.write(Batch::new(), false).unwrap();
-        assert!(matches!(f.write(Batch::new(), true), Err(StoreError::Injected("fsync"))));
+        assert!(matches!(
+            f.write(Batch::new(), true),
+            Err(StoreError::Injected("fsync"))
+        ));
         assert!(f.sync().is_err());
         f.fail_writes_after(0);
         assert!(f.write(Batch::new(), false).is_err());

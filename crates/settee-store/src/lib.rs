@@ -42,8 +42,14 @@ pub enum Keyspace {
 }
 
 impl Keyspace {
-    pub const ALL: [Keyspace; 6] =
-        [Keyspace::Meta, Keyspace::Docs, Keyspace::Seqs, Keyspace::Bodies, Keyspace::Local, Keyspace::Purges];
+    pub const ALL: [Keyspace; 6] = [
+        Keyspace::Meta,
+        Keyspace::Docs,
+        Keyspace::Seqs,
+        Keyspace::Bodies,
+        Keyspace::Local,
+        Keyspace::Purges,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -118,7 +124,14 @@ pub trait Snapshot: Send + Sync {
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Visits keys in `[from, to)` in ascending order, or descending when
     /// `reverse` is set, until the visitor returns false.
-    fn scan(&self, ks: Keyspace, from: &[u8], to: &[u8], reverse: bool, visit: &mut ScanFn<'_>) -> Result<()>;
+    fn scan(
+        &self,
+        ks: Keyspace,
+        from: &[u8],
+        to: &[u8],
+        reverse: bool,
+        visit: &mut ScanFn<'_>,
+    ) -> Result<()>;
 }
 
 /// An ordered, transactional key-value engine.

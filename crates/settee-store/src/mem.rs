@@ -34,7 +34,12 @@ impl Default for MemStore {
 impl MemStore {
     pub fn new() -> MemStore {
         let empty: Arc<Maps> = Arc::new(vec![BTreeMap::new(); Keyspace::ALL.len()]);
-        MemStore { state: Mutex::new(State { live: empty.clone(), durable: empty }) }
+        MemStore {
+            state: Mutex::new(State {
+                live: empty.clone(),
+                durable: empty,
+            }),
+        }
     }
 
     /// Simulates a crash: unsynced writes are lost.
@@ -51,11 +56,19 @@ impl Snapshot for MemSnapshot {
         Ok(self.0[ks.index()].get(key).cloned())
     }
 
-    fn scan(&self, ks: Keyspace, from: &[u8], to: &[u8], reverse: bool, visit: &mut ScanFn<'_>) -> Result<()> {
+    fn scan(
+        &self,
+        ks: Keyspace,
+        from: &[u8],
+        to: &[u8],
+        reverse: bool,
+        visit: &mut ScanFn<'_>,
+    ) -> Result<()> {
         if from >= to {
             return Ok(());
         }
-        let range = self.0[ks.index()].range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)));
+        let range =
+            self.0[ks.index()].range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)));
         if reverse {
             for (k, v) in range.rev() {
                 if !visit(k, v) {
@@ -134,7 +147,11 @@ impl Store for MemStore {
 
     fn disk_size(&self) -> u64 {
         let s = self.state.lock();
-        s.live.iter().flat_map(|m| m.iter()).map(|(k, v)| (k.len() + v.len()) as u64).sum()
+        s.live
+            .iter()
+            .flat_map(|m| m.iter())
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum()
     }
 }
 

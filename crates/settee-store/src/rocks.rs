@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode,
-    Options, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction,
+    IteratorMode, Options, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
 };
 
 use crate::{Batch, Keyspace, Op, Result, ScanFn, Snapshot, Store, StoreError};
@@ -35,7 +35,11 @@ pub struct RocksOptions {
 
 impl Default for RocksOptions {
     fn default() -> Self {
-        RocksOptions { block_cache_bytes: 256 << 20, write_buffer_bytes: 64 << 20, background_jobs: 2 }
+        RocksOptions {
+            block_cache_bytes: 256 << 20,
+            write_buffer_bytes: 64 << 20,
+            background_jobs: 2,
+        }
     }
 }
 
@@ -68,7 +72,10 @@ impl RocksStore {
             .map(|ks| ColumnFamilyDescriptor::new(ks.name(), cf_options(*ks, opts, &cache)))
             .collect();
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(io)?;
-        Ok(RocksStore { db: Arc::new(db), path: path.to_path_buf() })
+        Ok(RocksStore {
+            db: Arc::new(db),
+            path: path.to_path_buf(),
+        })
     }
 
     fn cf(&self, ks: Keyspace) -> &ColumnFamily {
@@ -78,7 +85,8 @@ impl RocksStore {
 
 fn cf_handle(db: &DB, ks: Keyspace) -> &ColumnFamily {
     // Every keyspace's column family is created at open (create_missing_column_families).
-    db.cf_handle(ks.name()).expect("column family created at open")
+    db.cf_handle(ks.name())
+        .expect("column family created at open")
 }
 
 fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
@@ -114,7 +122,13 @@ fn to_rocks_batch(db: &DB, batch: Batch) -> WriteBatch {
     wb
 }
 
-fn scan_iter<'a, I>(iter: I, from: &[u8], to: &[u8], reverse: bool, visit: &mut ScanFn<'_>) -> Result<()>
+fn scan_iter<'a, I>(
+    iter: I,
+    from: &[u8],
+    to: &[u8],
+    reverse: bool,
+    visit: &mut ScanFn<'_>,
+) -> Result<()>
 where
     I: Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a,
 {
@@ -168,11 +182,22 @@ impl Snapshot for RocksSnapshot {
         self.snap.get_cf(cf_handle(&self.db, ks), key).map_err(io)
     }
 
-    fn scan(&self, ks: Keyspace, from: &[u8], to: &[u8], reverse: bool, visit: &mut ScanFn<'_>) -> Result<()> {
+    fn scan(
+        &self,
+        ks: Keyspace,
+        from: &[u8],
+        to: &[u8],
+        reverse: bool,
+        visit: &mut ScanFn<'_>,
+    ) -> Result<()> {
         if from >= to {
             return Ok(());
         }
-        let iter = self.snap.iterator_cf_opt(cf_handle(&self.db, ks), bounded_read_options(from, to), mode(from, to, reverse));
+        let iter = self.snap.iterator_cf_opt(
+            cf_handle(&self.db, ks),
+            bounded_read_options(from, to),
+            mode(from, to, reverse),
+        );
         scan_iter(iter, from, to, reverse, visit)
     }
 }
@@ -212,7 +237,9 @@ impl Store for RocksStore {
     }
 
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64 {
-        let sizes = self.db.get_approximate_sizes_cf(self.cf(ks), &[rocksdb::Range::new(from, to)]);
+        let sizes = self
+            .db
+            .get_approximate_sizes_cf(self.cf(ks), &[rocksdb::Range::new(from, to)]);
         sizes.first().copied().unwrap_or(0)
     }
 
@@ -222,8 +249,15 @@ impl Store for RocksStore {
 }
 
 fn dir_size(path: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
-    entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
 }
 
 #[cfg(test)]
@@ -259,7 +293,10 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!(seen, vec![5, 6]);
-            assert_eq!(s.multi_get(Keyspace::Seqs, &[&[1], &[7]]).unwrap(), vec![None, Some(vec![14])]);
+            assert_eq!(
+                s.multi_get(Keyspace::Seqs, &[&[1], &[7]]).unwrap(),
+                vec![None, Some(vec![14])]
+            );
             s.sync().unwrap();
         }
         let s = RocksStore::open(dir.path(), &RocksOptions::default()).unwrap();
