@@ -51,17 +51,29 @@ pub fn hash_password(password: &str) -> String {
     rand::rng().fill_bytes(&mut salt);
     let mut out = [0u8; 32];
     pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, PBKDF2_ITERATIONS, &mut out);
-    format!("{HASH_PREFIX}{},{},{PBKDF2_ITERATIONS}", hex::encode(out), hex::encode(salt))
+    format!(
+        "{HASH_PREFIX}{},{},{PBKDF2_ITERATIONS}",
+        hex::encode(out),
+        hex::encode(salt)
+    )
 }
 
 /// Checks a password against a stored hash.
 pub fn verify_password(stored: &str, password: &str) -> bool {
-    let Some(rest) = stored.strip_prefix(HASH_PREFIX) else { return false };
-    let mut parts = rest.split(',');
-    let (Some(derived), Some(salt), Some(iters), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let Some(rest) = stored.strip_prefix(HASH_PREFIX) else {
         return false;
     };
-    let (Ok(derived), Ok(salt), Ok(iters)) = (hex::decode(derived), hex::decode(salt), iters.parse::<u32>()) else {
+    let mut parts = rest.split(',');
+    let (Some(derived), Some(salt), Some(iters), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let (Ok(derived), Ok(salt), Ok(iters)) = (
+        hex::decode(derived),
+        hex::decode(salt),
+        iters.parse::<u32>(),
+    ) else {
         return false;
     };
     if derived.len() != 32 || iters == 0 || iters > 10_000_000 {
@@ -96,23 +108,36 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(config: Arc<Config>) -> Auth {
-        Auth { config, verified: Mutex::new(HashMap::new()) }
+        Auth {
+            config,
+            verified: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Identifies the requester from the `Authorization` header.
     pub async fn authenticate(&self, headers: &HeaderMap) -> ApiResult<UserCtx> {
-        let Some(value) = headers.get(header::AUTHORIZATION) else { return Ok(UserCtx::default()) };
-        let Some(encoded) = value.to_str().ok().and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
-        else {
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Ok(UserCtx::default());
+        };
+        let Some(encoded) = value.to_str().ok().and_then(|v| {
+            v.strip_prefix("Basic ")
+                .or_else(|| v.strip_prefix("basic "))
+        }) else {
             return Ok(UserCtx::default());
         };
         let bad = || ApiError::unauthorized("Name or password is incorrect.");
-        let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|_| bad())?;
         let text = String::from_utf8(decoded).map_err(|_| bad())?;
         let (user, password) = text.split_once(':').ok_or_else(bad)?;
         let stored = self.config.get(ADMINS, user).ok_or_else(bad)?;
         let key = cache_key(&stored, user, password);
-        let cached = self.verified.lock().get(user).is_some_and(|k| constant_time_eq(k, &key));
+        let cached = self
+            .verified
+            .lock()
+            .get(user)
+            .is_some_and(|k| constant_time_eq(k, &key));
         if !cached {
             let (s, p) = (stored.clone(), password.to_string());
             let ok = tokio::task::spawn_blocking(move || verify_password(&s, &p)).await?;
@@ -121,12 +146,19 @@ impl Auth {
             }
             self.verified.lock().insert(user.to_string(), key);
         }
-        Ok(UserCtx { name: Some(user.to_string()), roles: vec!["_admin".to_string()] })
+        Ok(UserCtx {
+            name: Some(user.to_string()),
+            roles: vec!["_admin".to_string()],
+        })
     }
 
     /// Sets an admin's password (hashing it), as `PUT /_node/_local/_config/admins/NAME` does.
     pub fn set_admin(&self, user: &str, password: &str) -> ApiResult<Option<String>> {
-        let stored = if password.starts_with(HASH_PREFIX) { password.to_string() } else { hash_password(password) };
+        let stored = if password.starts_with(HASH_PREFIX) {
+            password.to_string()
+        } else {
+            hash_password(password)
+        };
         self.verified.lock().remove(user);
         self.config.set(ADMINS, user, &stored)
     }
@@ -140,14 +172,24 @@ impl Auth {
 /// password is set unless it already verifies; without one, and with no
 /// admin configured, an `admin` user with a random password is created and
 /// the password returned so the caller can print it once.
-pub fn ensure_admin(auth: &Auth, config: &Config, admin: Option<&str>) -> Result<Option<(String, String)>, String> {
+pub fn ensure_admin(
+    auth: &Auth,
+    config: &Config,
+    admin: Option<&str>,
+) -> Result<Option<(String, String)>, String> {
     if let Some(spec) = admin {
-        let (user, password) = spec.split_once(':').ok_or("--admin must be user:password")?;
+        let (user, password) = spec
+            .split_once(':')
+            .ok_or("--admin must be user:password")?;
         if user.is_empty() || password.is_empty() {
             return Err("--admin must be user:password with a non-empty user and password".into());
         }
-        if !config.get(ADMINS, user).is_some_and(|stored| verify_password(&stored, password)) {
-            auth.set_admin(user, password).map_err(|e| e.reason.to_string())?;
+        if !config
+            .get(ADMINS, user)
+            .is_some_and(|stored| verify_password(&stored, password))
+        {
+            auth.set_admin(user, password)
+                .map_err(|e| e.reason.to_string())?;
         }
         return Ok(None);
     }
@@ -157,7 +199,8 @@ pub fn ensure_admin(auth: &Auth, config: &Config, admin: Option<&str>) -> Result
     let mut bytes = [0u8; 18];
     rand::rng().fill_bytes(&mut bytes);
     let password = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-    auth.set_admin("admin", &password).map_err(|e| e.reason.to_string())?;
+    auth.set_admin("admin", &password)
+        .map_err(|e| e.reason.to_string())?;
     Ok(Some(("admin".to_string(), password)))
 }
 
@@ -196,7 +239,11 @@ pub fn require_design_writer(user: &UserCtx) -> ApiResult<()> {
 
 fn denied(user: &UserCtx) -> ApiError {
     if user.name.is_some() {
-        ApiError::new(StatusCode::FORBIDDEN, "forbidden", "You are not allowed to access this db.")
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "You are not allowed to access this db.",
+        )
     } else {
         ApiError::unauthorized("You are not authorized to access this db.")
     }

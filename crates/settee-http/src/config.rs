@@ -77,11 +77,19 @@ impl Settings {
     fn from_sections(s: &Sections) -> Settings {
         let get = |sec: &str, key: &str| s.get(sec).and_then(|m| m.get(key)).map(String::as_str);
         let boolean = |sec, key, default| get(sec, key).and_then(parse_bool).unwrap_or(default);
-        let number = |sec, key, default| get(sec, key).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(default);
+        let number = |sec, key, default| {
+            get(sec, key)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(default)
+        };
         Settings {
             delayed_commits: boolean("couchdb", "delayed_commits", false),
             max_document_size: number("couchdb", "max_document_size", DEFAULT_MAX_DOCUMENT_SIZE),
-            max_http_request_size: number("chttpd", "max_http_request_size", DEFAULT_MAX_HTTP_REQUEST_SIZE),
+            max_http_request_size: number(
+                "chttpd",
+                "max_http_request_size",
+                DEFAULT_MAX_HTTP_REQUEST_SIZE,
+            ),
             max_bulk_docs_count: number("couchdb", "max_bulk_docs_count", DEFAULT_MAX_BULK_DOCS),
             max_bulk_get_count: number("couchdb", "max_bulk_get_count", DEFAULT_MAX_BULK_GET),
             default_security_admin_only: get("couchdb", "default_security") == Some("admin_only"),
@@ -96,10 +104,17 @@ impl Settings {
             cors: Cors {
                 enabled: boolean("chttpd", "enable_cors", false),
                 origins: get("cors", "origins")
-                    .map(|o| o.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+                    .map(|o| {
+                        o.split(',')
+                            .map(|x| x.trim().to_string())
+                            .filter(|x| !x.is_empty())
+                            .collect()
+                    })
                     .unwrap_or_default(),
                 credentials: boolean("cors", "credentials", false),
-                methods: get("cors", "methods").unwrap_or("GET, PUT, POST, HEAD, DELETE").to_string(),
+                methods: get("cors", "methods")
+                    .unwrap_or("GET, PUT, POST, HEAD, DELETE")
+                    .to_string(),
                 headers: get("cors", "headers")
                     .unwrap_or("accept, authorization, content-type, origin, referer, x-csrf-token")
                     .to_string(),
@@ -119,15 +134,14 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 
 /// Settings whose values must have a type.
 fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
-    let bad = |what: &str| Err(ApiError::bad_request(format!("Invalid value for [{section}] {key}: expected {what}")));
-    match (section, key) {
+    let expected = match (section, key) {
         ("couchdb", "delayed_commits")
         | ("chttpd", "enable_cors")
         | ("chttpd", "admin_only_all_dbs")
-        | ("cors", "credentials") => {
-            if parse_bool(value).is_none() {
-                return bad("true or false");
-            }
+        | ("cors", "credentials")
+            if parse_bool(value).is_none() =>
+        {
+            "true or false"
         }
         ("couchdb", "max_document_size")
         | ("couchdb", "max_bulk_docs_count")
@@ -135,23 +149,22 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         | ("chttpd", "max_http_request_size")
         | ("chttpd", "changes_timeout")
         | ("uuids", "max_count")
-        | ("cors", "max_age") => match value.trim().parse::<u64>() {
-            Ok(n) if n > 0 => {}
-            _ => return bad("a positive integer"),
-        },
-        ("couchdb", "default_security") => {
-            if !matches!(value, "everyone" | "admin_only") {
-                return bad("everyone or admin_only");
-            }
+        | ("cors", "max_age")
+            if !value.trim().parse::<u64>().is_ok_and(|n| n > 0) =>
+        {
+            "a positive integer"
         }
-        ("uuids", "algorithm") => {
-            if !matches!(value, "sequential" | "random" | "utc_random") {
-                return bad("sequential, random or utc_random");
-            }
+        ("couchdb", "default_security") if !matches!(value, "everyone" | "admin_only") => {
+            "everyone or admin_only"
         }
-        _ => {}
-    }
-    Ok(())
+        ("uuids", "algorithm") if !matches!(value, "sequential" | "random" | "utc_random") => {
+            "sequential, random or utc_random"
+        }
+        _ => return Ok(()),
+    };
+    Err(ApiError::bad_request(format!(
+        "Invalid value for [{section}] {key}: expected {expected}"
+    )))
 }
 
 /// The configuration store.
@@ -163,7 +176,9 @@ pub struct Config {
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Config")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -180,14 +195,17 @@ fn parse_ini(text: &str) -> Sections {
             continue;
         }
         if let Some((k, v)) = line.split_once('=') {
-            out.entry(section.clone()).or_default().insert(k.trim().to_string(), v.trim().to_string());
+            out.entry(section.clone())
+                .or_default()
+                .insert(k.trim().to_string(), v.trim().to_string());
         }
     }
     out
 }
 
 fn render_ini(s: &Sections) -> String {
-    let mut out = String::from("; Settee configuration (written by the server; edit while it is stopped).\n");
+    let mut out =
+        String::from("; Settee configuration (written by the server; edit while it is stopped).\n");
     for (section, kv) in s {
         if kv.is_empty() {
             continue;
@@ -217,7 +235,11 @@ impl Config {
             Err(e) => return Err(e),
         };
         let settings = Arc::new(Settings::from_sections(&sections));
-        Ok(Config { path, sections: Mutex::new(sections), settings: RwLock::new(settings) })
+        Ok(Config {
+            path,
+            sections: Mutex::new(sections),
+            settings: RwLock::new(settings),
+        })
     }
 
     /// An in-memory configuration that is never persisted (tests).
@@ -239,11 +261,19 @@ impl Config {
     }
 
     pub fn section(&self, section: &str) -> BTreeMap<String, String> {
-        self.sections.lock().get(section).cloned().unwrap_or_default()
+        self.sections
+            .lock()
+            .get(section)
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn get(&self, section: &str, key: &str) -> Option<String> {
-        self.sections.lock().get(section).and_then(|m| m.get(key)).cloned()
+        self.sections
+            .lock()
+            .get(section)
+            .and_then(|m| m.get(key))
+            .cloned()
     }
 
     /// Sets a value (validated) and persists; returns the previous value.
@@ -251,10 +281,16 @@ impl Config {
         checked_name(section, "section")?;
         checked_name(key, "key")?;
         if value.contains(['\n', '\r']) {
-            return Err(ApiError::bad_request("Config values must be single-line strings"));
+            return Err(ApiError::bad_request(
+                "Config values must be single-line strings",
+            ));
         }
         validate(section, key, value)?;
-        self.change(|s| s.entry(section.to_string()).or_default().insert(key.to_string(), value.to_string()))
+        self.change(|s| {
+            s.entry(section.to_string())
+                .or_default()
+                .insert(key.to_string(), value.to_string())
+        })
     }
 
     /// Deletes a value and persists; returns the previous value.
@@ -267,7 +303,11 @@ impl Config {
         let mut next = sections.clone();
         let old = f(&mut next);
         self.persist(&next).map_err(|e| {
-            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "config_error", format!("cannot write configuration: {e}"))
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "config_error",
+                format!("cannot write configuration: {e}"),
+            )
         })?;
         *self.settings.write() = Arc::new(Settings::from_sections(&next));
         *sections = next;
@@ -310,7 +350,13 @@ mod tests {
         let again = Config::load(dir.path()).unwrap();
         assert!(again.settings().delayed_commits);
         assert_eq!(again.settings().cors.origins, vec!["http://a", "http://b"]);
-        assert_eq!(again.delete("couchdb", "delayed_commits").unwrap().as_deref(), Some("true"));
+        assert_eq!(
+            again
+                .delete("couchdb", "delayed_commits")
+                .unwrap()
+                .as_deref(),
+            Some("true")
+        );
         assert!(!again.settings().delayed_commits);
     }
 }

@@ -28,8 +28,17 @@ pub struct ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
-    pub fn new(status: StatusCode, error: impl Into<Cow<'static, str>>, reason: impl Into<Cow<'static, str>>) -> ApiError {
-        ApiError { status, error: error.into(), reason: reason.into(), allow: None }
+    pub fn new(
+        status: StatusCode,
+        error: impl Into<Cow<'static, str>>,
+        reason: impl Into<Cow<'static, str>>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            error: error.into(),
+            reason: reason.into(),
+            allow: None,
+        }
     }
 
     pub fn bad_request(reason: impl Into<Cow<'static, str>>) -> ApiError {
@@ -49,15 +58,27 @@ impl ApiError {
     }
 
     pub fn bad_ctype() -> ApiError {
-        ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_content_type", "Content-Type must be application/json")
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_content_type",
+            "Content-Type must be application/json",
+        )
     }
 
     pub fn request_too_large() -> ApiError {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "the request entity is too large")
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the request entity is too large",
+        )
     }
 
     pub fn doc_too_large(id: &str) -> ApiError {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "document_too_large", id.to_string())
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "document_too_large",
+            id.to_string(),
+        )
     }
 
     pub fn unauthorized(reason: impl Into<Cow<'static, str>>) -> ApiError {
@@ -65,11 +86,19 @@ impl ApiError {
     }
 
     pub fn conflict() -> ApiError {
-        ApiError::new(StatusCode::CONFLICT, "conflict", "Document update conflict.")
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "Document update conflict.",
+        )
     }
 
     pub fn not_implemented() -> ApiError {
-        ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_implemented", "this feature is not yet implemented")
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            "this feature is not yet implemented",
+        )
     }
 
     pub fn method_not_allowed(allow: &'static str) -> ApiError {
@@ -86,7 +115,9 @@ impl ApiError {
     pub fn from_doc_failure(f: &DocFailure, id: &str) -> ApiError {
         match f {
             DocFailure::Conflict => ApiError::conflict(),
-            DocFailure::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m.clone()),
+            DocFailure::Forbidden(m) => {
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", m.clone())
+            }
             DocFailure::Bad(e) => ApiError::from(e.clone()),
             DocFailure::TooLarge(_) => ApiError::doc_too_large(id),
             DocFailure::NotFound => ApiError::not_found("missing"),
@@ -122,11 +153,27 @@ impl From<Error> for ApiError {
                 "expectation_failed",
                 "all_or_nothing update failed; nothing was written",
             ),
-            Error::Closed => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "database is shutting down"),
-            Error::Poisoned(r) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_failed", r),
-            Error::Storage(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_error", e.to_string()),
-            Error::Corrupt(r) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_record", r),
-            other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unknown_error", other.to_string()),
+            Error::Closed => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "database is shutting down",
+            ),
+            Error::Poisoned(r) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_failed", r)
+            }
+            Error::Storage(e) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage_error",
+                e.to_string(),
+            ),
+            Error::Corrupt(r) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_record", r)
+            }
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown_error",
+                other.to_string(),
+            ),
         }
     }
 }
@@ -134,7 +181,11 @@ impl From<Error> for ApiError {
 impl From<NameError> for ApiError {
     fn from(e: NameError) -> ApiError {
         match e {
-            NameError::IllegalDbName(_) => ApiError::new(StatusCode::BAD_REQUEST, "illegal_database_name", e.to_string()),
+            NameError::IllegalDbName(_) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "illegal_database_name",
+                e.to_string(),
+            ),
             _ => ApiError::new(StatusCode::BAD_REQUEST, "illegal_docid", e.to_string()),
         }
     }
@@ -145,7 +196,9 @@ impl From<DocError> for ApiError {
         match e {
             DocError::BadRequest(r) => ApiError::bad_request(r),
             DocError::Validation(r) => ApiError::new(StatusCode::BAD_REQUEST, "doc_validation", r),
-            DocError::IllegalId(n) => ApiError::new(StatusCode::BAD_REQUEST, "illegal_docid", n.to_string()),
+            DocError::IllegalId(n) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "illegal_docid", n.to_string())
+            }
         }
     }
 }
@@ -158,7 +211,11 @@ impl From<SelectorError> for ApiError {
 
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unknown_error", format!("worker task failed: {e}"))
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unknown_error",
+            format!("worker task failed: {e}"),
+        )
     }
 }
 
@@ -166,7 +223,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = crate::render::json_response(self.status, self.body());
         if let Some(allow) = self.allow {
-            resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         resp
     }
@@ -182,13 +240,26 @@ mod tests {
         assert_eq!(e.status, StatusCode::PRECONDITION_FAILED);
         assert_eq!(e.error, "file_exists");
         let e = ApiError::from(Error::NotFound("Database does not exist."));
-        assert_eq!((e.status, e.error.as_ref(), e.reason.as_ref()), (StatusCode::NOT_FOUND, "not_found", "Database does not exist."));
+        assert_eq!(
+            (e.status, e.error.as_ref(), e.reason.as_ref()),
+            (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "Database does not exist."
+            )
+        );
         let e = ApiError::from_doc_failure(&DocFailure::TooLarge(9), "doc1");
-        assert_eq!((e.status, e.error.as_ref(), e.reason.as_ref()), (StatusCode::PAYLOAD_TOO_LARGE, "document_too_large", "doc1"));
+        assert_eq!(
+            (e.status, e.error.as_ref(), e.reason.as_ref()),
+            (StatusCode::PAYLOAD_TOO_LARGE, "document_too_large", "doc1")
+        );
         let e = ApiError::from(NameError::IllegalDbName("A".into()));
         assert_eq!(e.error, "illegal_database_name");
         assert!(e.reason.starts_with("Name: 'A'."));
         let e = ApiError::method_not_allowed("GET,HEAD");
-        assert_eq!(e.body(), r#"{"error":"method_not_allowed","reason":"Only GET,HEAD allowed"}"#);
+        assert_eq!(
+            e.body(),
+            r#"{"error":"method_not_allowed","reason":"Only GET,HEAD allowed"}"#
+        );
     }
 }

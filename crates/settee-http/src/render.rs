@@ -67,8 +67,14 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
     let mut resp = Response::new(HttpBody::from(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("must-revalidate"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("must-revalidate"),
+    );
     resp
 }
 
@@ -92,7 +98,10 @@ pub struct Extras {
 /// when it has any.
 fn push_body_members(out: &mut String, body: &str) {
     let inner = body.trim();
-    let inner = inner.strip_prefix('{').and_then(|s| s.strip_suffix('}')).unwrap_or("");
+    let inner = inner
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .unwrap_or("");
     if !inner.trim().is_empty() {
         out.push(',');
         out.push_str(inner);

@@ -22,7 +22,9 @@ pub struct Uuids {
 
 impl Default for Uuids {
     fn default() -> Self {
-        Uuids { seq: Mutex::new((random_hex(13), rand::rng().random_range(0..0x1000))) }
+        Uuids {
+            seq: Mutex::new((random_hex(13), rand::rng().random_range(0..0x1000))),
+        }
     }
 }
 
@@ -37,7 +39,9 @@ impl Uuids {
         match algo {
             UuidAlgorithm::Random => random_hex(16),
             UuidAlgorithm::UtcRandom => {
-                let us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+                let us = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64);
                 format!("{:014x}{}", us & 0x00ff_ffff_ffff_ffff, &random_hex(9))
             }
             UuidAlgorithm::Sequential => {

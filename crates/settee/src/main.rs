@@ -1,1 +1,151 @@
-fn main() {}
+//! The `settee` binary. `settee serve` runs the CouchDB-compatible server:
+//! it opens the engine and the configuration in the data directory, makes
+//! sure a server admin exists (no admin party), listens, and on SIGTERM or
+//! SIGINT stops accepting, finishes in-flight requests and shuts the engine
+//! down — which applies and fsyncs delayed and batch-mode writes — before
+//! exiting.
+//!
+//! Contract with scripts and tests: once the server accepts connections it
+//! prints exactly one line `settee listening on http://ADDR:PORT` to stdout
+//! (with `--bind 127.0.0.1:0` the kernel picks the port).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use settee_db::{Durability, Engine, EngineOptions};
+use settee_http::config::Config;
+use settee_http::{AppState, ServeOptions};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "settee",
+    version,
+    about = "Settee: a CouchDB-compatible document database"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve CouchDB's HTTP API.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:5984")]
+    bind: SocketAddr,
+    /// Data directory (databases and settee.ini).
+    #[arg(long, default_value = "./settee-data")]
+    data: PathBuf,
+    /// Server admin as user:password (stored only as a PBKDF2 hash).
+    #[arg(long, env = "SETTEE_ADMIN", hide_env_values = true)]
+    admin: Option<String>,
+    /// Most connections served at once.
+    #[arg(long, default_value_t = 2048)]
+    max_connections: usize,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SETTEE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => match serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("settee: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.data)
+        .map_err(|e| format!("cannot create {}: {e}", args.data.display()))?;
+    let config =
+        Arc::new(Config::load(&args.data).map_err(|e| format!("cannot read configuration: {e}"))?);
+    let settings = config.settings();
+    let opts = EngineOptions {
+        default_durability: if settings.delayed_commits {
+            Durability::Delayed
+        } else {
+            Durability::Full
+        },
+        // The HTTP layer enforces the live `max_document_size`; the engine's
+        // bound is only a backstop.
+        max_document_bytes: usize::try_from(settings.max_http_request_size).unwrap_or(usize::MAX),
+        ..EngineOptions::default()
+    };
+    let engine =
+        Engine::open(&args.data, opts).map_err(|e| format!("cannot open the engine: {e}"))?;
+    let app = AppState::new(engine.clone(), config.clone());
+    if let Some((user, password)) =
+        settee_http::auth::ensure_admin(&app.auth, &config, args.admin.as_deref())?
+    {
+        {
+            eprintln!("settee: no server admin was configured; created admin user '{user}' with password: {password}");
+            eprintln!(
+                "settee: (shown once; only its PBKDF2 hash is stored in {})",
+                args.data.join("settee.ini").display()
+            );
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    let result = runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.bind)
+            .await
+            .map_err(|e| format!("cannot bind {}: {e}", args.bind))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        {
+            let mut out = std::io::stdout().lock();
+            // A closed stdout must not stop the server.
+            let _ = writeln!(out, "settee listening on http://{addr}");
+            let _ = out.flush();
+        }
+        let serve_opts = ServeOptions {
+            max_connections: args.max_connections.max(1),
+            ..ServeOptions::default()
+        };
+        settee_http::serve(listener, app, serve_opts, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())
+    });
+    // Flush delayed and batched writes; the writers use blocking calls, so
+    // this runs outside the runtime.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    engine.shutdown();
+    result
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,319 @@
+//! One parsed request as handlers see it: method, headers, query
+//! parameters, the requester, the settings snapshot, and a body that is
+//! read at most once — bounded in size, in time and in JSON nesting.
+//!
+//! Invariants:
+//! - No body is buffered beyond `max_http_request_size` (after
+//!   decompression): such requests fail with 413 and change nothing.
+//! - A body that takes longer than [`BODY_READ_TIMEOUT`] to arrive fails
+//!   with 408 (slow clients cannot hold a handler forever).
+//! - JSON deeper than [`MAX_JSON_DEPTH`] is refused before parsing.
+//! - Query values are decoded once; helpers turn malformed values into
+//!   CouchDB's 400 `query_parse_error` instead of defaults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body as HttpBody;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use settee_core::rev::Rev;
+use settee_db::Durability;
+
+use crate::auth::UserCtx;
+use crate::config::Settings;
+use crate::error::{ApiError, ApiResult};
+
+/// Deepest JSON nesting accepted in a request body. CouchDB has no
+/// documented limit; 64 levels is far beyond real documents and keeps
+/// recursive processing (rendering, selectors) cheap and stack-safe.
+pub const MAX_JSON_DEPTH: usize = 64;
+/// Longest wait for a request body to arrive.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Decoded query parameters, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    pub fn parse(raw: Option<&str>) -> Query {
+        match raw {
+            Some(q) => Query(form_urlencoded::parse(q.as_bytes()).into_owned().collect()),
+            None => Query(Vec::new()),
+        }
+    }
+
+    /// The last value of `key` (CouchDB uses the last occurrence).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first of several alias names present.
+    pub fn get_any(&self, keys: &[&str]) -> Option<&str> {
+        keys.iter().find_map(|k| self.get(k))
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == key)
+    }
+
+    pub fn bool(&self, key: &str) -> ApiResult<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(v) => Err(ApiError::query_parse(format!(
+                "Invalid boolean parameter: \"{v}\" for {key}"
+            ))),
+        }
+    }
+
+    pub fn flag(&self, key: &str) -> ApiResult<bool> {
+        Ok(self.bool(key)?.unwrap_or(false))
+    }
+
+    pub fn u64(&self, key: &str) -> ApiResult<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+                ApiError::query_parse(format!(
+                    "Invalid value for integer parameter {key}: \"{v}\""
+                ))
+            }),
+        }
+    }
+
+    /// A JSON-encoded parameter (keys of `_all_docs`).
+    pub fn json(&self, keys: &[&str]) -> ApiResult<Option<Value>> {
+        match self.get_any(keys) {
+            None => Ok(None),
+            Some(v) => parse_json_bytes(v.as_bytes()).map(Some).map_err(|_| {
+                ApiError::query_parse(format!("Invalid JSON value for {}: {v}", keys[0]))
+            }),
+        }
+    }
+
+    /// `rev=` as a revision.
+    pub fn rev(&self) -> ApiResult<Option<Rev>> {
+        self.get("rev").map(parse_rev).transpose()
+    }
+
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.0
+    }
+}
+
+pub fn parse_rev(s: &str) -> ApiResult<Rev> {
+    s.parse::<Rev>()
+        .map_err(|_| ApiError::bad_request("Invalid rev format"))
+}
+
+/// The request as handlers see it.
+pub struct Req {
+    pub method: Method,
+    pub headers: HeaderMap,
+    pub query: Query,
+    pub user: UserCtx,
+    pub settings: Arc<Settings>,
+    /// In a mutex only so that `&Req` is `Sync` (handlers hold it across awaits);
+    /// it is only ever accessed through `&mut self`, never locked concurrently.
+    body: parking_lot::Mutex<Option<HttpBody>>,
+}
+
+impl Req {
+    pub fn new(
+        method: Method,
+        headers: HeaderMap,
+        query: Query,
+        user: UserCtx,
+        settings: Arc<Settings>,
+        body: HttpBody,
+    ) -> Req {
+        Req {
+            method,
+            headers,
+            query,
+            user,
+            settings,
+            body: parking_lot::Mutex::new(Some(body)),
+        }
+    }
+
+    pub fn header(&self, name: impl header::AsHeaderName) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// 415 unless the body is declared as JSON.
+    pub fn require_json_ctype(&self) -> ApiResult<()> {
+        let ok = self.header(header::CONTENT_TYPE).is_some_and(|ct| {
+            let mime = ct.split(';').next().unwrap_or("").trim();
+            mime.eq_ignore_ascii_case("application/json")
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(ApiError::bad_ctype())
+        }
+    }
+
+    /// The whole body, bounded by size and time.
+    pub async fn body_bytes(&mut self) -> ApiResult<Bytes> {
+        let limit = usize::try_from(self.settings.max_http_request_size).unwrap_or(usize::MAX);
+        let declared = self
+            .header(header::CONTENT_LENGTH)
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.settings.max_http_request_size) {
+            return Err(ApiError::request_too_large());
+        }
+        let Some(body) = self.body.get_mut().take() else {
+            return Ok(Bytes::new());
+        };
+        let limited = http_body_util::Limited::new(body, limit);
+        match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "timed out reading the request body",
+            )),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) => {
+                if is_length_limit(&*e) {
+                    Err(ApiError::request_too_large())
+                } else {
+                    Err(ApiError::bad_request(format!(
+                        "cannot read request body: {e}"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The body parsed as JSON (any content type).
+    pub async fn json_value(&mut self) -> ApiResult<Value> {
+        let bytes = self.body_bytes().await?;
+        parse_json_bytes(&bytes)
+    }
+
+    /// The body parsed as JSON into `T`, requiring a JSON content type.
+    pub async fn json<T: DeserializeOwned>(&mut self) -> ApiResult<T> {
+        self.require_json_ctype()?;
+        let bytes = self.body_bytes().await?;
+        check_depth(&bytes)?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            if e.is_data() {
+                ApiError::bad_request(format!("Invalid request body: {e}"))
+            } else {
+                ApiError::invalid_json()
+            }
+        })
+    }
+
+    /// The durability a write asks for: `batch=ok`, then the
+    /// `X-Couch-Full-Commit` header, then the `delayed_commits` setting.
+    pub fn durability(&self) -> Durability {
+        if self.query.get("batch") == Some("ok") {
+            return Durability::Batch;
+        }
+        match self.header("x-couch-full-commit") {
+            Some(v) if v.eq_ignore_ascii_case("true") => Durability::Full,
+            Some(v) if v.eq_ignore_ascii_case("false") => Durability::Delayed,
+            _ if self.settings.delayed_commits => Durability::Delayed,
+            _ => Durability::Full,
+        }
+    }
+
+    /// The client prefers JSON over multipart (open_revs).
+    pub fn accepts_json(&self) -> bool {
+        self.header(header::ACCEPT)
+            .is_some_and(|a| a.contains("application/json"))
+    }
+}
+
+fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Parses JSON text after the depth check.
+pub fn parse_json_bytes(bytes: &[u8]) -> ApiResult<Value> {
+    check_depth(bytes)?;
+    serde_json::from_slice(bytes).map_err(|_| ApiError::invalid_json())
+}
+
+/// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`] (a linear scan that
+/// skips string contents).
+pub fn check_depth(bytes: &[u8]) -> ApiResult<()> {
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    for &b in bytes {
+        if in_str {
+            if esc {
+                esc = false;
+            } else if b == b'\\' {
+                esc = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(ApiError::bad_request(format!(
+                        "JSON nested deeper than {MAX_JSON_DEPTH} levels"
+                    )));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_limit() {
+        let ok = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH),
+            "]".repeat(MAX_JSON_DEPTH)
+        );
+        assert!(check_depth(ok.as_bytes()).is_ok());
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
+        assert!(check_depth(deep.as_bytes()).is_err());
+        let in_string = format!("\"{}\"", "[".repeat(1000));
+        assert!(check_depth(in_string.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn query_helpers() {
+        let q = Query::parse(Some("a=1&b=true&c=x&key=%22k%22&a=2"));
+        assert_eq!(q.get("a"), Some("2"));
+        assert_eq!(q.bool("b").unwrap(), Some(true));
+        assert!(q.bool("c").is_err());
+        assert_eq!(q.json(&["key"]).unwrap(), Some(Value::String("k".into())));
+        assert!(q.u64("c").is_err());
+    }
+}

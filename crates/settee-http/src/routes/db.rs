@@ -1,0 +1,272 @@
+//! Database endpoints: `/{db}` (info, create, delete, POST a document),
+//! `_revs_limit`, `_compact`, `_view_cleanup`, `_ensure_full_commit`,
+//! `_purge`, `_security`.
+//!
+//! Invariant: creation, deletion, compaction, purge and `_revs_limit`
+//! changes need a server admin; engine calls that block (create/delete
+//! fsync and stop writer threads, `info` asks storage for sizes) run on the
+//! blocking pool.
+
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Map, Value};
+use settee_core::rev::Rev;
+use settee_db::DbInfo;
+
+use super::allow;
+use crate::auth::{require_admin, require_db_reader};
+use crate::error::{ApiError, ApiResult};
+use crate::render::{json_response, json_value};
+use crate::request::{parse_rev, Req};
+use crate::state::App;
+
+/// Most documents one `_purge` request may name (CouchDB's default).
+const PURGE_DOCS_MAX: usize = 100;
+/// Most revisions one `_purge` request may name (CouchDB's default).
+const PURGE_REVS_MAX: usize = 1000;
+
+pub fn info_json(info: &DbInfo) -> Value {
+    json!({
+        "db_name": info.name,
+        "purge_seq": info.purge_seq,
+        "update_seq": info.update_seq,
+        "sizes": {"file": info.sizes.file, "external": info.sizes.external, "active": info.sizes.active},
+        "props": {},
+        "doc_del_count": info.doc_del_count,
+        "doc_count": info.doc_count,
+        "disk_format_version": 8,
+        "compact_running": info.compact_running,
+        "cluster": {"q": 1, "n": 1, "w": 1, "r": 1},
+        "instance_start_time": info.instance_start_time,
+    })
+}
+
+fn ok_json(status: StatusCode) -> Response {
+    json_response(status, "{\"ok\":true}".to_string())
+}
+
+pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(
+        req,
+        &[
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::DELETE,
+            Method::POST,
+        ],
+        "DELETE,GET,HEAD,POST,PUT",
+    )?;
+    match req.method {
+        Method::PUT => {
+            require_admin(&req.user)?;
+            settee_core::name::validate_db_name(name)?;
+            let (engine, n) = (app.engine.clone(), name.to_string());
+            tokio::task::spawn_blocking(move || engine.create_db(&n)).await??;
+            let mut resp = ok_json(StatusCode::CREATED);
+            if let Some(loc) = location(req, name, None) {
+                resp.headers_mut().insert(header::LOCATION, loc);
+            }
+            Ok(resp)
+        }
+        Method::DELETE => {
+            if req.query.has("rev") {
+                return Err(ApiError::bad_request(
+                    "You tried to DELETE a database with a ?rev= parameter. Did you mean to DELETE a document instead?",
+                ));
+            }
+            require_admin(&req.user)?;
+            settee_core::name::validate_db_name(name)?;
+            let (engine, n) = (app.engine.clone(), name.to_string());
+            tokio::task::spawn_blocking(move || engine.delete_db(&n)).await??;
+            Ok(ok_json(StatusCode::OK))
+        }
+        Method::POST => {
+            let db = app.db(name)?;
+            req.require_json_ctype()?;
+            let value = req.json_value().await?;
+            let Value::Object(map) = value else {
+                return Err(ApiError::bad_request("Document must be a JSON object"));
+            };
+            let id = match map.get("_id") {
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => return Err(ApiError::bad_request("Document id must be a string")),
+                None => app.new_uuid(),
+            };
+            super::doc::write(app, req, &db, &id, map).await
+        }
+        _ => {
+            require_db_reader(&req.settings, &req.user)?;
+            let db = app.db(name)?;
+            let info = tokio::task::spawn_blocking(move || db.info()).await??;
+            Ok(json_value(StatusCode::OK, &info_json(&info)))
+        }
+    }
+}
+
+/// An absolute `Location` for a created resource.
+pub fn location(req: &Req, db: &str, id: Option<&str>) -> Option<HeaderValue> {
+    use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+    let host = req.header(header::HOST)?;
+    let mut url = format!(
+        "http://{host}/{}",
+        utf8_percent_encode(db, NON_ALPHANUMERIC)
+    );
+    if let Some(id) = id {
+        let encoded = match id.strip_prefix("_design/") {
+            Some(rest) => format!("_design/{}", utf8_percent_encode(rest, NON_ALPHANUMERIC)),
+            None => utf8_percent_encode(id, NON_ALPHANUMERIC).to_string(),
+        };
+        url.push('/');
+        url.push_str(&encoded);
+    }
+    HeaderValue::from_str(&url).ok()
+}
+
+pub async fn ensure_full_commit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(req, &[Method::POST], "POST")?;
+    require_db_reader(&req.settings, &req.user)?;
+    let db = app.db(name)?;
+    db.ensure_full_commit_async().await?;
+    let start = tokio::task::spawn_blocking(move || db.info())
+        .await??
+        .instance_start_time;
+    Ok(json_value(
+        StatusCode::CREATED,
+        &json!({"ok": true, "instance_start_time": start}),
+    ))
+}
+
+pub async fn revs_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(
+        req,
+        &[Method::GET, Method::HEAD, Method::PUT],
+        "GET,HEAD,PUT",
+    )?;
+    if req.method == Method::PUT {
+        require_admin(&req.user)?;
+        let db = app.db(name)?;
+        let limit = match req.json_value().await? {
+            Value::Number(n) => n.as_u64().filter(|n| *n > 0),
+            _ => None,
+        }
+        .ok_or_else(|| ApiError::bad_request("`revs_limit` must be a positive integer"))?;
+        db.set_revs_limit_async(limit).await?;
+        return Ok(ok_json(StatusCode::OK));
+    }
+    require_db_reader(&req.settings, &req.user)?;
+    let db = app.db(name)?;
+    Ok(json_response(StatusCode::OK, db.revs_limit().to_string()))
+}
+
+pub async fn compact(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(req, &[Method::POST], "POST")?;
+    require_admin(&req.user)?;
+    let db = app.db(name)?;
+    req.require_json_ctype()?;
+    if db.compact()? {
+        app.compactions.lock().insert(name.to_string());
+    }
+    Ok(ok_json(StatusCode::ACCEPTED))
+}
+
+/// View compaction: there are no views yet, so a design document that
+/// exists has nothing to compact.
+pub async fn compact_views(
+    app: &App,
+    req: &mut Req,
+    name: &str,
+    ddoc: &str,
+) -> ApiResult<Response> {
+    allow(req, &[Method::POST], "POST")?;
+    require_admin(&req.user)?;
+    let db = app.db(name)?;
+    req.require_json_ctype()?;
+    let id = format!("_design/{ddoc}");
+    let exists = tokio::task::spawn_blocking(move || db.reader()?.rev_tree(&id))
+        .await??
+        .is_some();
+    if !exists {
+        return Err(ApiError::not_found("missing"));
+    }
+    Ok(ok_json(StatusCode::ACCEPTED))
+}
+
+pub async fn view_cleanup(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(req, &[Method::POST], "POST")?;
+    require_admin(&req.user)?;
+    app.db(name)?;
+    req.require_json_ctype()?;
+    Ok(ok_json(StatusCode::ACCEPTED))
+}
+
+pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(req, &[Method::POST], "POST")?;
+    require_admin(&req.user)?;
+    let db = app.db(name)?;
+    let body: Map<String, Value> = req.json().await?;
+    if body.len() > PURGE_DOCS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Exceeded maximum number of documents ({PURGE_DOCS_MAX})."
+        )));
+    }
+    let mut reqs: Vec<(String, Vec<Rev>)> = Vec::with_capacity(body.len());
+    let mut total = 0;
+    for (id, revs) in body {
+        let revs = revs
+            .as_array()
+            .ok_or_else(|| ApiError::bad_request("Revisions must be a list of strings"))?;
+        total += revs.len();
+        let revs = revs
+            .iter()
+            .map(|r| {
+                r.as_str()
+                    .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+                    .and_then(parse_rev)
+            })
+            .collect::<ApiResult<Vec<Rev>>>()?;
+        reqs.push((id, revs));
+    }
+    if total > PURGE_REVS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Exceeded maximum number of revisions ({PURGE_REVS_MAX})."
+        )));
+    }
+    let outcome = db.purge_async(reqs).await?;
+    let purged: Map<String, Value> = outcome
+        .purged
+        .into_iter()
+        .map(|(id, revs)| {
+            (
+                id,
+                Value::Array(revs.iter().map(|r| Value::String(r.to_string())).collect()),
+            )
+        })
+        .collect();
+    Ok(json_value(
+        StatusCode::CREATED,
+        &json!({"purge_seq": outcome.purge_seq, "purged": purged}),
+    ))
+}
+
+pub async fn security(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(
+        req,
+        &[Method::GET, Method::HEAD, Method::PUT],
+        "GET,HEAD,PUT",
+    )?;
+    if req.method == Method::PUT {
+        require_admin(&req.user)?;
+        app.db(name)?;
+        // Per-database security objects arrive with the security issue.
+        return Err(ApiError::not_implemented());
+    }
+    require_db_reader(&req.settings, &req.user)?;
+    app.db(name)?;
+    let sec = if req.settings.default_security_admin_only {
+        json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
+    } else {
+        json!({})
+    };
+    Ok(json_value(StatusCode::OK, &sec))
+}

@@ -1,0 +1,92 @@
+//! Routing: CouchDB's URL space mapped to handlers, one module per group.
+//!
+//! Invariant: routing looks only at decoded path segments and the method;
+//! every handler checks its method with [`allow`] first (405 with `Allow`
+//! otherwise) and its permission through [`crate::auth`] before touching a
+//! database.
+
+pub mod all_docs;
+pub mod bulk;
+pub mod changes;
+pub mod db;
+pub mod doc;
+pub mod server;
+
+use axum::http::Method;
+use axum::response::Response;
+
+use crate::error::{ApiError, ApiResult};
+use crate::request::Req;
+use crate::state::App;
+
+/// 405 unless the request's method is one of `methods` (`allow_header` is
+/// the same list as CouchDB spells it, e.g. "GET,HEAD").
+pub fn allow(req: &Req, methods: &[Method], allow_header: &'static str) -> ApiResult<()> {
+    if methods.contains(&req.method) {
+        Ok(())
+    } else {
+        Err(ApiError::method_not_allowed(allow_header))
+    }
+}
+
+/// [`allow`] for methods named by string (COPY has no constant).
+pub fn allow_names(req: &Req, methods: &[&str], allow_header: &'static str) -> ApiResult<()> {
+    if methods.contains(&req.method.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::method_not_allowed(allow_header))
+    }
+}
+
+pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Response> {
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    match s.as_slice() {
+        [] => server::welcome(app, req),
+        ["_up"] => server::up(req),
+        ["_all_dbs"] => server::all_dbs(app, req).await,
+        ["_dbs_info"] => server::dbs_info(app, req).await,
+        ["_uuids"] => server::uuids(app, req),
+        ["_session"] => server::session(req),
+        ["_active_tasks"] => server::active_tasks(app, req),
+        ["_membership"] => server::membership(req),
+        ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,
+        ["favicon.ico"] | ["_utils", ..] => Err(ApiError::not_found("missing")),
+        [db] => db::db(app, req, db).await,
+        [db, "_all_docs"] => all_docs::handle(app, req, db, all_docs::Kind::All).await,
+        [db, "_design_docs"] => all_docs::handle(app, req, db, all_docs::Kind::Design).await,
+        [db, "_local_docs"] => all_docs::handle(app, req, db, all_docs::Kind::Local).await,
+        [db, "_all_docs", "queries"] => all_docs::queries(app, req, db, all_docs::Kind::All).await,
+        [db, "_design_docs", "queries"] => {
+            all_docs::queries(app, req, db, all_docs::Kind::Design).await
+        }
+        [db, "_local_docs", "queries"] => {
+            all_docs::queries(app, req, db, all_docs::Kind::Local).await
+        }
+        [db, "_changes"] => changes::handle(app, req, db).await,
+        [db, "_bulk_docs"] => bulk::bulk_docs(app, req, db).await,
+        [db, "_bulk_get"] => bulk::bulk_get(app, req, db).await,
+        [db, "_revs_diff"] => bulk::revs_diff(app, req, db, false).await,
+        [db, "_missing_revs"] => bulk::revs_diff(app, req, db, true).await,
+        [db, "_purge"] => db::purge(app, req, db).await,
+        [db, "_compact"] => db::compact(app, req, db).await,
+        [db, "_compact", ddoc] => db::compact_views(app, req, db, ddoc).await,
+        [db, "_view_cleanup"] => db::view_cleanup(app, req, db).await,
+        [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
+        [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
+        [db, "_security"] => db::security(app, req, db).await,
+        [db, "_find" | "_index" | "_explain", ..] => {
+            app.db(db)?;
+            Err(ApiError::not_implemented())
+        }
+        [db, "_design", name] => doc::handle(app, req, db, format!("_design/{name}")).await,
+        [db, "_local", rest @ ..] if !rest.is_empty() => {
+            doc::handle(app, req, db, format!("_local/{}", rest.join("/"))).await
+        }
+        [db, id] => doc::handle(app, req, db, (*id).to_string()).await,
+        [db, ..] => {
+            // Views, shows, attachments: later issues.
+            app.db(db)?;
+            Err(ApiError::not_implemented())
+        }
+    }
+}

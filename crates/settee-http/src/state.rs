@@ -1,0 +1,123 @@
+//! The server's shared state: the engine, configuration, authenticator,
+//! id generator and counters. One `App` per server, shared by every request.
+//!
+//! Invariant: handlers reach databases only through [`App::db`], which
+//! checks the name first, so every illegal name is a 400 before storage
+//! is touched.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use settee_core::name::validate_db_name;
+use settee_db::{Database, Engine};
+
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::error::ApiResult;
+use crate::uuids::Uuids;
+
+/// The name this single node reports.
+pub const NODE_NAME: &str = "settee@127.0.0.1";
+
+/// Request counters for `/_node/_local/_stats`.
+#[derive(Debug)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub methods: [AtomicU64; 8],
+    /// Responses by status code (100..=599).
+    pub statuses: Box<[AtomicU64]>,
+    pub bulk_requests: AtomicU64,
+    pub docs_read: AtomicU64,
+    pub docs_written: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            requests: AtomicU64::new(0),
+            methods: Default::default(),
+            statuses: (0..600).map(|_| AtomicU64::new(0)).collect(),
+            bulk_requests: AtomicU64::new(0),
+            docs_read: AtomicU64::new(0),
+            docs_written: AtomicU64::new(0),
+        }
+    }
+}
+
+pub const METHOD_NAMES: [&str; 8] = [
+    "GET", "HEAD", "PUT", "POST", "DELETE", "COPY", "OPTIONS", "OTHER",
+];
+
+impl Stats {
+    pub fn count_request(&self, method: &axum::http::Method) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let i = METHOD_NAMES
+            .iter()
+            .position(|m| *m == method.as_str())
+            .unwrap_or(7);
+        self.methods[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn count_status(&self, status: u16) {
+        if let Some(c) = self.statuses.get(usize::from(status)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct AppState {
+    pub engine: Engine,
+    pub config: Arc<Config>,
+    pub auth: Auth,
+    pub uuids: Uuids,
+    pub stats: Stats,
+    pub server_uuid: String,
+    pub started: Instant,
+    /// Databases whose compaction was started over HTTP (for `_active_tasks`).
+    pub compactions: Mutex<BTreeSet<String>>,
+    /// Set to true when the server shuts down; streaming feeds end.
+    pub closing: tokio::sync::watch::Sender<bool>,
+}
+
+pub type App = Arc<AppState>;
+
+impl AppState {
+    pub fn new(engine: Engine, config: Arc<Config>) -> App {
+        let server_uuid = match config.get("couchdb", "uuid") {
+            Some(u) => u,
+            None => {
+                let u = Uuids::default().next(crate::config::UuidAlgorithm::Random);
+                // Failing to persist only means a new uuid next start.
+                if let Err(e) = config.set("couchdb", "uuid", &u) {
+                    tracing::warn!(reason = %e.reason, "cannot store server uuid");
+                }
+                u
+            }
+        };
+        Arc::new(AppState {
+            engine,
+            auth: Auth::new(config.clone()),
+            config,
+            uuids: Uuids::default(),
+            stats: Stats::default(),
+            server_uuid,
+            started: Instant::now(),
+            compactions: Mutex::new(BTreeSet::new()),
+            closing: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    /// Opens a database by name (400 for an illegal name, 404 if absent).
+    pub fn db(&self, name: &str) -> ApiResult<Database> {
+        validate_db_name(name)?;
+        Ok(self.engine.db(name)?)
+    }
+
+    pub fn new_uuid(&self) -> String {
+        self.uuids.next(self.config.settings().uuid_algorithm)
+    }
+}

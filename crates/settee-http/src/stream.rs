@@ -1,0 +1,113 @@
+//! Responses produced by blocking scans (`_all_docs`, …): the scan runs on
+//! the blocking pool and writes into a [`Sink`]; small answers become one
+//! plain response (with Content-Length), large ones stream in chunks.
+//!
+//! Invariants:
+//! - Memory per response is bounded by [`CHUNK_BYTES`] plus one row: the
+//!   sink hands chunks to a bounded channel and the scan waits for the
+//!   client (backpressure).
+//! - An error before the first chunk becomes a proper JSON error response;
+//!   an error after it aborts the connection (the status line is gone), so
+//!   a client never mistakes a truncated answer for a complete one.
+//! - A client that disconnects stops the scan at the next chunk.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::error::{ApiError, ApiResult};
+use crate::render::json_response;
+
+/// Bytes buffered before a chunk is sent.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+enum Msg {
+    Chunk(Bytes),
+    Done(Bytes),
+    Fail(ApiError),
+}
+
+/// Where a scan writes its output.
+pub struct Sink {
+    pub buf: String,
+    tx: Option<mpsc::Sender<Msg>>,
+    gone: bool,
+}
+
+impl Sink {
+    /// A sink that only collects (for answers assembled in memory).
+    pub fn collect() -> Sink {
+        Sink {
+            buf: String::new(),
+            tx: None,
+            gone: false,
+        }
+    }
+
+    /// Sends the buffer if it is large; false when the client is gone and
+    /// the scan should stop.
+    pub fn flush_if_full(&mut self) -> bool {
+        if self.buf.len() >= CHUNK_BYTES {
+            if let Some(tx) = &self.tx {
+                let chunk = Bytes::from(std::mem::take(&mut self.buf));
+                if tx.blocking_send(Msg::Chunk(chunk)).is_err() {
+                    self.gone = true;
+                }
+            }
+        }
+        !self.gone
+    }
+}
+
+/// Runs `scan` on the blocking pool and answers with what it writes.
+pub async fn blocking_response<F>(scan: F) -> ApiResult<Response>
+where
+    F: FnOnce(&mut Sink) -> ApiResult<()> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<Msg>(4);
+    let producer = tx.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut sink = Sink {
+            buf: String::with_capacity(4096),
+            tx: Some(producer.clone()),
+            gone: false,
+        };
+        let msg = match scan(&mut sink) {
+            Ok(()) => Msg::Done(Bytes::from(sink.buf)),
+            Err(e) => Msg::Fail(e),
+        };
+        // The receiver is gone only if the client went away.
+        let _ = producer.blocking_send(msg);
+    });
+    drop(tx);
+    let first = rx.recv().await.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unknown_error",
+            "scan failed",
+        )
+    })?;
+    let first = match first {
+        Msg::Done(b) => {
+            let mut resp = json_response(StatusCode::OK, String::new());
+            *resp.body_mut() = Body::from(b);
+            return Ok(resp);
+        }
+        Msg::Fail(e) => return Err(e),
+        Msg::Chunk(b) => b,
+    };
+    let stream = futures_util::stream::unfold((Some(first), rx), |(first, mut rx)| async move {
+        if let Some(b) = first {
+            return Some((Ok::<Bytes, std::io::Error>(b), (None, rx)));
+        }
+        match rx.recv().await? {
+            Msg::Chunk(b) | Msg::Done(b) => Some((Ok(b), (None, rx))),
+            Msg::Fail(e) => Some((Err(std::io::Error::other(e.reason.to_string())), (None, rx))),
+        }
+    });
+    let mut resp = json_response(StatusCode::OK, String::new());
+    *resp.body_mut() = Body::from_stream(stream);
+    Ok(resp)
+}
