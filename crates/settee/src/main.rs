@@ -51,6 +51,13 @@ struct ServeArgs {
     /// Most connections served at once.
     #[arg(long, default_value_t = 2048)]
     max_connections: usize,
+    /// Milliseconds a client has to send a request head.
+    #[arg(long, default_value_t = 30_000)]
+    header_timeout_ms: u64,
+    /// Shut down gracefully when stdin reaches end of file (lets a parent
+    /// process, e.g. a test harness, tie the server's life to its own).
+    #[arg(long, hide = true)]
+    exit_on_stdin_eof: bool,
 }
 
 fn main() -> ExitCode {
@@ -121,11 +128,17 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
         let serve_opts = ServeOptions {
             max_connections: args.max_connections.max(1),
+            header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
             ..ServeOptions::default()
         };
-        settee_http::serve(listener, app, serve_opts, shutdown_signal())
-            .await
-            .map_err(|e| e.to_string())
+        settee_http::serve(
+            listener,
+            app,
+            serve_opts,
+            shutdown_signal(args.exit_on_stdin_eof),
+        )
+        .await
+        .map_err(|e| e.to_string())
     });
     // Flush delayed and batched writes; the writers use blocking calls, so
     // this runs outside the runtime.
@@ -134,18 +147,41 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     result
 }
 
-async fn shutdown_signal() {
+/// Waits until stdin is closed (or fails).
+fn stdin_eof() -> tokio::sync::oneshot::Receiver<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        while matches!(std::io::Read::read(&mut stdin, &mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    rx
+}
+
+async fn shutdown_signal(exit_on_stdin_eof: bool) {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
+    let eof = async {
+        if exit_on_stdin_eof {
+            let _ = stdin_eof().await;
+        } else {
             std::future::pending::<()>().await;
-            return;
+        }
+    };
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot install SIGTERM handler");
+                std::future::pending::<()>().await;
+            }
         }
     };
     tokio::select! {
-        _ = term.recv() => {}
+        _ = term => {}
         _ = tokio::signal::ctrl_c() => {}
+        _ = eof => {}
     }
 }
