@@ -221,6 +221,12 @@ impl Req {
         if self.query.get("batch") == Some("ok") {
             return Durability::Batch;
         }
+        self.commit_durability()
+    }
+
+    /// Full or delayed, ignoring `batch=ok` (which only single-document
+    /// writes honour, as in CouchDB).
+    pub fn commit_durability(&self) -> Durability {
         match self.header("x-couch-full-commit") {
             Some(v) if v.eq_ignore_ascii_case("true") => Durability::Full,
             Some(v) if v.eq_ignore_ascii_case("false") => Durability::Delayed,

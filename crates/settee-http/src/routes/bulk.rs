@@ -128,7 +128,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         slots.push((doc.id.clone(), Slot::Engine(engine_docs.len())));
         engine_docs.push(doc);
     }
-    let durability = req.durability();
+    let durability = req.commit_durability();
     let opts = UpdateOptions {
         new_edits,
         all_or_nothing,
