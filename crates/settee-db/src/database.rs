@@ -117,6 +117,9 @@ impl std::fmt::Debug for Database {
     }
 }
 
+/// A reply the writer will send once the group carrying the request commits.
+type Pending<T> = oneshot::Receiver<Result<T>>;
+
 fn recv<T>(rx: oneshot::Receiver<Result<T>>) -> Result<T> {
     rx.blocking_recv().map_err(|_| Error::Closed)?
 }
@@ -157,7 +160,7 @@ impl Database {
         &self,
         docs: Vec<Doc>,
         opts: UpdateOptions,
-    ) -> Result<(Option<oneshot::Receiver<Result<Vec<DocResult>>>>, usize)> {
+    ) -> Result<Option<Pending<Vec<DocResult>>>> {
         if docs.len() > self.shared.opts.update_docs_max {
             return Err(Error::BadRequest(format!(
                 "too many documents in one request (limit {})",
@@ -167,7 +170,6 @@ impl Database {
         let durability = opts
             .durability
             .unwrap_or(self.shared.opts.default_durability);
-        let n = docs.len();
         let (reply, rx) = if durability == Durability::Batch {
             (None, None)
         } else {
@@ -181,15 +183,15 @@ impl Database {
             durability,
             reply,
         }))?;
-        Ok((rx, n))
+        Ok(rx)
     }
 
     /// Applies documents; one result per document, in input order. In batch
     /// mode the call returns at once with an empty vector.
     pub fn update(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<DocResult>> {
         match self.update_request(docs, opts)? {
-            (Some(rx), _) => recv(rx),
-            (None, _) => Ok(Vec::new()),
+            Some(rx) => recv(rx),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -200,8 +202,8 @@ impl Database {
         opts: UpdateOptions,
     ) -> Result<Vec<DocResult>> {
         match self.update_request(docs, opts)? {
-            (Some(rx), _) => recv_async(rx).await,
-            (None, _) => Ok(Vec::new()),
+            Some(rx) => recv_async(rx).await,
+            None => Ok(Vec::new()),
         }
     }
 

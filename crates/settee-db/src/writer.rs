@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use settee_core::doc::{Body, Doc};
+use settee_core::doc::{Body, Doc, DocError};
+use settee_core::name::LOCAL_PREFIX;
 use settee_core::rev::Rev;
 use settee_core::revtree::RevTree;
 use settee_store::{Batch, Keyspace};
@@ -503,6 +504,12 @@ impl<'a> Ctx<'a> {
     }
 
     fn update_doc(&mut self, doc: &Doc, new_edits: bool) -> DocResult {
+        if doc.id.starts_with(LOCAL_PREFIX) {
+            // Local documents have no revision tree; they go through `put_local`.
+            return Err(DocFailure::Bad(DocError::BadRequest(
+                "_local documents cannot be written as revisioned documents".into(),
+            )));
+        }
         if doc.body.len() > self.shared.opts.max_document_bytes {
             return Err(DocFailure::TooLarge(doc.body.len()));
         }

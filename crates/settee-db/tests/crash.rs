@@ -48,7 +48,7 @@ fn crash_child() {
                         .unwrap();
                     ack(&id, &rev);
                     // Every other document gets a second revision.
-                    if n % 2 == 0 {
+                    if n.is_multiple_of(2) {
                         let mut d = Doc::new(id.clone(), json!({"n": n, "edited": true})).unwrap();
                         d.rev = Some(rev);
                         let rev2 = db.put(d).unwrap();
