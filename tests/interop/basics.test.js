@@ -279,6 +279,23 @@ describe('changes', () => {
     }
   });
 
+  test('live listener without heartbeats re-polls after empty timeouts', async () => {
+    const feed = db.changes({ live: true, since: 'now', heartbeat: false, timeout: 300 });
+    const got = new Promise((resolve, reject) => {
+      feed.on('change', (c) => c.id === 'after-timeouts' && resolve(c));
+      feed.on('error', reject);
+    });
+    try {
+      // Several longpolls end empty (timeout=300 ms) before the write.
+      await new Promise((r) => setTimeout(r, 1000));
+      const w = await db.put({ _id: 'after-timeouts' });
+      const change = await withTimeout(got, 15000, 'live change after timeouts');
+      assert.equal(change.changes[0].rev, w.rev);
+    } finally {
+      feed.cancel();
+    }
+  });
+
   test('raw feed=continuous streams a later write and heartbeats', async () => {
     const controller = new AbortController();
     const info = await db.info();

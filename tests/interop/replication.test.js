@@ -196,6 +196,39 @@ describe('replication local PouchDB <-> Settee', () => {
     assert.ok(snap.docs['after-sync'] && snap.docs['after-sync-remote']);
   });
 
+  test('two PouchDB clients editing the same documents converge through Settee', async () => {
+    const hub = remoteDb('repl-hub');
+    const alice = localDb('repl-alice');
+    const bob = localDb('repl-bob');
+    try {
+      await alice.bulkDocs(Array.from({ length: 10 }, (_, i) => ({ _id: `s-${i}`, n: i })));
+      assertClean(await PouchDB.replicate(alice, hub), 'alice push');
+      assertClean(await PouchDB.replicate(hub, bob), 'bob pull');
+      // Both edit s-0 (a conflict), each deletes a different document, and
+      // each creates one.
+      await update(alice, 's-0', (d) => ({ ...d, by: 'alice' }));
+      await update(bob, 's-0', (d) => ({ ...d, by: 'bob' }), 2);
+      await alice.remove(await alice.get('s-1'));
+      await bob.remove(await bob.get('s-2'));
+      await alice.put({ _id: 'from-alice' });
+      await bob.put({ _id: 'from-bob' });
+      for (const client of [alice, bob, alice]) {
+        const res = await PouchDB.sync(client, hub);
+        assertClean(res.push, 'sync push');
+        assertClean(res.pull, 'sync pull');
+      }
+      const snapHub = await assertSame(alice, hub, 'alice vs hub');
+      await assertSame(bob, hub, 'bob vs hub');
+      assert.equal(snapHub.docs['s-0'].winner.by, 'bob'); // the longer branch
+      assert.equal(snapHub.docs['s-0'].leaves.length, 2);
+      assert.deepEqual(snapHub.docs['s-1'].winner, { status: 404 });
+      assert.deepEqual(snapHub.docs['s-2'].winner, { status: 404 });
+      assert.ok(snapHub.docs['from-alice'] && snapHub.docs['from-bob']);
+    } finally {
+      await Promise.all([hub.destroy(), alice.destroy(), bob.destroy()]);
+    }
+  });
+
   test('live replication from Settee delivers a later write', async () => {
     const target = localDb('repl-live');
     const rep = PouchDB.replicate(remote, target, { live: true, retry: false, heartbeat: 1000 });
