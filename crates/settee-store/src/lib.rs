@@ -11,8 +11,12 @@
 //! - [`Store::write`] applies a [`Batch`] atomically: readers and a crash see
 //!   all of it or none of it. With `sync = true` the batch, and every batch
 //!   written before it, is durable when the call returns.
+//!   With `sync = false` the batch must still survive a crash of the process
+//!   (it has been handed to the OS); only an OS crash or power loss may lose it.
 //! - [`Store::sync`] makes every batch written so far durable.
-//! - A [`Snapshot`] sees the store as of its creation, whatever is written later.
+//! - A [`Snapshot`] sees the store as of its creation, whatever is written
+//!   later, and is re-entrant: its `get` may be called from inside its own
+//!   `scan` visitor (`_all_docs` with `include_docs` does).
 //! - Keys order by unsigned bytes; scans honour that order both ways.
 //! - An error is final for the operation; the store never retries an fsync.
 
