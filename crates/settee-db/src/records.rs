@@ -16,8 +16,16 @@ use crate::keys::DbId;
 const FORMAT_V1: u8 = 1;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    encode_with_capacity(value, 64)
+}
+
+/// Encodes into a buffer of `capacity` bytes, so the hot records are
+/// written without regrowing it.
+pub fn encode_with_capacity<T: Serialize>(value: &T, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    out.push(FORMAT_V1);
     // Serializing plain structs into a Vec cannot fail.
-    postcard::to_extend(value, vec![FORMAT_V1]).expect("postcard serialization of a record")
+    postcard::to_extend(value, out).expect("postcard serialization of a record")
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
@@ -75,6 +83,13 @@ impl DocRecord {
             .iter()
             .find(|(n, _)| *n == i)
             .map(|(_, b)| b.as_str())
+    }
+
+    /// A generous estimate of the encoded size.
+    pub fn encoded_size_hint(&self) -> usize {
+        const NODE_BYTES: usize = 56;
+        32 + self.tree.len() * NODE_BYTES
+            + self.inline.iter().map(|(_, b)| b.len() + 8).sum::<usize>()
     }
 
     /// Body bytes of the winning revision (for `sizes.external`).

@@ -31,7 +31,9 @@ use crate::database::Shared;
 use crate::error::{DocFailure, Error, Result};
 use crate::keys::{self, DbId};
 use crate::options::Durability;
-use crate::records::{decode, encode, DbState, DocRecord, LocalRecord, PurgeRecord, SeqRecord};
+use crate::records::{
+    decode, encode, encode_with_capacity, DbState, DocRecord, LocalRecord, PurgeRecord, SeqRecord,
+};
 use crate::update::{self, Edit};
 
 /// The outcome of one document of an update: its new (or existing) rev.
@@ -513,23 +515,32 @@ impl<'a> Ctx<'a> {
         if doc.body.len() > self.shared.opts.max_document_bytes {
             return Err(DocFailure::TooLarge(doc.body.len()));
         }
-        let old = self.records.get(&doc.id).cloned().flatten();
+        // Take the record out (instead of cloning it); every path below puts
+        // it or its successor back.
+        let old = self.records.get_mut(&doc.id).and_then(Option::take);
         let limit = usize::try_from(self.state.revs_limit).unwrap_or(usize::MAX);
-        match update::apply(old.as_ref().map(|r| &r.tree), doc, new_edits, limit)? {
-            Edit::Unchanged { rev } => Ok(rev),
-            Edit::Changed { tree, rev, stemmed } => {
-                for n in stemmed.iter().filter(|n| n.has_body) {
-                    self.batch.delete(
-                        Keyspace::Bodies,
-                        keys::body(self.db, &doc.id, n.rev.pos, &n.rev.hash),
-                    );
-                }
-                let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
-                bodies.push((rev.clone(), doc.body.as_str().to_string()));
-                self.put_record(&doc.id, old.as_ref(), tree, bodies);
-                Ok(rev)
+        let edit = update::apply(old.as_ref().map(|r| &r.tree), doc, new_edits, limit);
+        let (tree, rev, stemmed) = match edit {
+            Ok(Edit::Changed { tree, rev, stemmed }) => (tree, rev, stemmed),
+            Ok(Edit::Unchanged { rev }) => {
+                self.records.insert(doc.id.clone(), old);
+                return Ok(rev);
             }
+            Err(f) => {
+                self.records.insert(doc.id.clone(), old);
+                return Err(f);
+            }
+        };
+        for n in stemmed.iter().filter(|n| n.has_body) {
+            self.batch.delete(
+                Keyspace::Bodies,
+                keys::body(self.db, &doc.id, n.rev.pos, &n.rev.hash),
+            );
         }
+        let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
+        bodies.push((rev.clone(), doc.body.as_str().to_string()));
+        self.put_record(&doc.id, old.as_ref(), tree, bodies);
+        Ok(rev)
     }
 
     /// Writes a document's new record and change row, and maintains the
@@ -568,13 +579,15 @@ impl<'a> Ctx<'a> {
             .into_iter()
             .map(|l| (l.rev, l.deleted))
             .collect();
+        let seq_rec = SeqRecord {
+            id: id.to_string(),
+            leaves,
+        };
+        let hint = 16 + id.len() + seq_rec.leaves.len() * 48;
         self.batch.put(
             Keyspace::Seqs,
             keys::seq(db, seq),
-            encode(&SeqRecord {
-                id: id.to_string(),
-                leaves,
-            }),
+            encode_with_capacity(&seq_rec, hint),
         );
         let rec = DocRecord { seq, tree, inline };
         self.state.external_bytes = self
@@ -582,9 +595,17 @@ impl<'a> Ctx<'a> {
             .external_bytes
             .saturating_sub(old.map_or(0, DocRecord::winner_bytes))
             .saturating_add(rec.winner_bytes());
-        self.batch
-            .put(Keyspace::Docs, keys::doc(db, id), encode(&rec));
-        self.records.insert(id.to_string(), Some(rec));
+        self.batch.put(
+            Keyspace::Docs,
+            keys::doc(db, id),
+            encode_with_capacity(&rec, rec.encoded_size_hint()),
+        );
+        match self.records.get_mut(id) {
+            Some(slot) => *slot = Some(rec),
+            None => {
+                self.records.insert(id.to_string(), Some(rec));
+            }
+        }
     }
 
     fn count(&mut self, before: Presence, after: Presence) {
