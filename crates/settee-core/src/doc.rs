@@ -126,6 +126,20 @@ impl Doc {
         })
     }
 
+    /// A new-edit document with an already-built body (cheap when many
+    /// documents share one body).
+    pub fn with_body(id: impl Into<String>, body: Body) -> Result<Doc, DocError> {
+        let id = id.into();
+        validate_doc_id(&id)?;
+        Ok(Doc {
+            id,
+            rev: None,
+            deleted: false,
+            revisions: None,
+            body,
+        })
+    }
+
     /// Parses a JSON document as clients send it. `fallback_id` supplies
     /// an id when the document has no `_id` (CouchDB generates a UUID).
     pub fn from_json(value: Value, fallback_id: impl FnOnce() -> String) -> Result<Doc, DocError> {

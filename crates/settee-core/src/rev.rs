@@ -52,9 +52,14 @@ impl Rev {
             None => h.update(0u64.to_be_bytes()),
         }
         h.update(body);
+        let mut hex_buf = [0u8; 32];
+        // 16 digest bytes always fit 32 hex digits (hex::encode would build
+        // the String a char at a time).
+        hex::encode_to_slice(h.finalize(), &mut hex_buf).expect("md5 digest is 16 bytes");
+        let hash = String::from_utf8(hex_buf.to_vec()).expect("hex digits are ASCII");
         Rev {
             pos: parent.map_or(1, |p| p.pos + 1),
-            hash: hex::encode(h.finalize()),
+            hash,
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use serde_json::json;
-use settee_core::doc::Doc;
+use settee_core::doc::{Body, Doc};
 use settee_db::{Engine, EngineOptions, UpdateOptions};
 
 #[global_allocator]
@@ -23,11 +23,13 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let engine = Engine::open(dir.path(), EngineOptions::default()).expect("open engine");
     let db = engine.create_db("lightning").expect("create db");
+    // As in Hovercraft's lightning(), every document has the same body.
+    let body = Body::from_value(json!({"foo": "bar"})).expect("valid body");
     let started = Instant::now();
     let mut n = 0;
     while n < docs_total {
         let batch: Vec<Doc> = (n..(n + batch_docs).min(docs_total))
-            .map(|i| Doc::new(format!("{i:010}"), json!({"foo": "bar"})).expect("valid doc"))
+            .map(|i| Doc::with_body(format!("{i:010}"), body.clone()).expect("valid doc"))
             .collect();
         n += batch.len();
         let results = db.update(batch, UpdateOptions::default()).expect("update");

@@ -15,11 +15,11 @@
 //! - **Stop on the first storage error.** A failed write or fsync poisons the
 //!   engine; the whole group fails and nothing is retried.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use rustc_hash::FxHashMap;
 use settee_core::doc::{Body, Doc, DocError};
 use settee_core::name::LOCAL_PREFIX;
 use settee_core::rev::Rev;
@@ -388,8 +388,8 @@ struct Ctx<'a> {
     state: DbState,
     state_dirty: bool,
     /// Every document record read or written in this group (None: absent).
-    records: HashMap<String, Option<DocRecord>>,
-    locals: HashMap<String, Option<LocalRecord>>,
+    records: FxHashMap<String, Option<DocRecord>>,
+    locals: FxHashMap<String, Option<LocalRecord>>,
     batch: Batch,
 }
 
@@ -423,8 +423,8 @@ impl<'a> Ctx<'a> {
             db: shared.db,
             state,
             state_dirty: false,
-            records: HashMap::new(),
-            locals: HashMap::new(),
+            records: FxHashMap::default(),
+            locals: FxHashMap::default(),
             batch: Batch::new(),
         }
     }
