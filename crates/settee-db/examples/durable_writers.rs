@@ -11,6 +11,9 @@ use serde_json::json;
 use settee_core::doc::Doc;
 use settee_db::{Engine, EngineOptions};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<u64> = std::env::args()
         .skip(1)
