@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::{Condvar, Mutex};
 use settee_core::doc::{Body, Doc};
 use settee_core::rev::Rev;
@@ -25,6 +25,9 @@ use crate::poison::Poison;
 use crate::reader::Reader;
 use crate::records::{DbMeta, DbState};
 use crate::writer::{DocResult, PurgeOutcome, Request, UpdateReq};
+
+/// How long an async caller waits before retrying a full writer queue.
+const QUEUE_FULL_RETRY: Duration = Duration::from_millis(1);
 
 /// Documents per compaction step: the writer is held for one step at a time.
 const COMPACT_CHUNK_DOCS: usize = 512;
@@ -141,9 +144,26 @@ impl Database {
         Ok(())
     }
 
+    /// Queues a request for the writer, blocking while the queue is full.
     fn send(&self, req: Request) -> Result<()> {
         self.check()?;
         self.shared.tx.send(req).map_err(|_| Error::Closed)
+    }
+
+    /// Queues a request for the writer; while the queue is full it waits
+    /// without blocking the async runtime's thread.
+    async fn send_async(&self, mut req: Request) -> Result<()> {
+        self.check()?;
+        loop {
+            match self.shared.tx.try_send(req) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(back)) => {
+                    req = back;
+                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(Error::Closed),
+            }
+        }
     }
 
     /// A snapshot reader: everything it reads is one consistent state.
@@ -160,7 +180,7 @@ impl Database {
         &self,
         docs: Vec<Doc>,
         opts: UpdateOptions,
-    ) -> Result<Option<Pending<Vec<DocResult>>>> {
+    ) -> Result<(Request, Option<Pending<Vec<DocResult>>>)> {
         if docs.len() > self.shared.opts.update_docs_max {
             return Err(Error::BadRequest(format!(
                 "too many documents in one request (limit {})",
@@ -176,20 +196,22 @@ impl Database {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
         };
-        self.send(Request::Update(UpdateReq {
+        let req = Request::Update(UpdateReq {
             docs,
             new_edits: opts.new_edits,
             all_or_nothing: opts.all_or_nothing,
             durability,
             reply,
-        }))?;
-        Ok(rx)
+        });
+        Ok((req, rx))
     }
 
     /// Applies documents; one result per document, in input order. In batch
     /// mode the call returns at once with an empty vector.
     pub fn update(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<DocResult>> {
-        match self.update_request(docs, opts)? {
+        let (req, rx) = self.update_request(docs, opts)?;
+        self.send(req)?;
+        match rx {
             Some(rx) => recv(rx),
             None => Ok(Vec::new()),
         }
@@ -201,7 +223,9 @@ impl Database {
         docs: Vec<Doc>,
         opts: UpdateOptions,
     ) -> Result<Vec<DocResult>> {
-        match self.update_request(docs, opts)? {
+        let (req, rx) = self.update_request(docs, opts)?;
+        self.send_async(req).await?;
+        match rx {
             Some(rx) => recv_async(rx).await,
             None => Ok(Vec::new()),
         }
@@ -223,7 +247,7 @@ impl Database {
         rev: Option<String>,
         body: Option<Body>,
         durability: Option<Durability>,
-    ) -> Result<oneshot::Receiver<Result<std::result::Result<String, DocFailure>>>> {
+    ) -> (Request, Pending<std::result::Result<String, DocFailure>>) {
         let (tx, rx) = oneshot::channel();
         let durability = durability.unwrap_or(self.shared.opts.default_durability);
         // Local documents are never buffered: batch mode means delayed here.
@@ -232,14 +256,14 @@ impl Database {
         } else {
             durability
         };
-        self.send(Request::Local {
+        let req = Request::Local {
             id: id.to_string(),
             rev,
             body,
             durability,
             reply: tx,
-        })?;
-        Ok(rx)
+        };
+        (req, rx)
     }
 
     /// Writes (`body` Some) or deletes a `_local` document; returns its new rev.
@@ -250,7 +274,9 @@ impl Database {
         body: Option<Body>,
         durability: Option<Durability>,
     ) -> Result<std::result::Result<String, DocFailure>> {
-        recv(self.local_request(id, rev, body, durability)?)
+        let (req, rx) = self.local_request(id, rev, body, durability);
+        self.send(req)?;
+        recv(rx)
     }
 
     pub async fn put_local_async(
@@ -260,23 +286,28 @@ impl Database {
         body: Option<Body>,
         durability: Option<Durability>,
     ) -> Result<std::result::Result<String, DocFailure>> {
-        recv_async(self.local_request(id, rev, body, durability)?).await
+        let (req, rx) = self.local_request(id, rev, body, durability);
+        self.send_async(req).await?;
+        recv_async(rx).await
     }
 
-    fn flush_request(&self) -> Result<oneshot::Receiver<Result<()>>> {
+    fn flush_request() -> (Request, Pending<()>) {
         let (tx, rx) = oneshot::channel();
-        self.send(Request::Flush(tx))?;
-        Ok(rx)
+        (Request::Flush(tx), rx)
     }
 
     /// Applies buffered batch-mode updates and makes every acknowledged
     /// update durable (`_ensure_full_commit`).
     pub fn ensure_full_commit(&self) -> Result<()> {
-        recv(self.flush_request()?)
+        let (req, rx) = Self::flush_request();
+        self.send(req)?;
+        recv(rx)
     }
 
     pub async fn ensure_full_commit_async(&self) -> Result<()> {
-        recv_async(self.flush_request()?).await
+        let (req, rx) = Self::flush_request();
+        self.send_async(req).await?;
+        recv_async(rx).await
     }
 
     pub fn set_revs_limit(&self, limit: u64) -> Result<()> {
@@ -297,7 +328,7 @@ impl Database {
             ));
         }
         let (tx, rx) = oneshot::channel();
-        self.send(Request::SetRevsLimit(limit, tx))?;
+        self.send_async(Request::SetRevsLimit(limit, tx)).await?;
         recv_async(rx).await
     }
 
@@ -314,7 +345,7 @@ impl Database {
 
     pub async fn purge_async(&self, reqs: Vec<(String, Vec<Rev>)>) -> Result<PurgeOutcome> {
         let (tx, rx) = oneshot::channel();
-        self.send(Request::Purge(reqs, tx))?;
+        self.send_async(Request::Purge(reqs, tx)).await?;
         recv_async(rx).await
     }
 
