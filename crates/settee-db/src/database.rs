@@ -24,7 +24,7 @@ use crate::options::{Durability, EngineOptions};
 use crate::poison::Poison;
 use crate::reader::Reader;
 use crate::records::{DbMeta, DbState};
-use crate::writer::{DocResult, PurgeOutcome, Request, UpdateReq};
+use crate::writer::{DocResult, PurgeOutcome, Request, UpdateReq, Writer};
 
 /// How long an async caller waits before retrying a full writer queue.
 const QUEUE_FULL_RETRY: Duration = Duration::from_millis(1);
@@ -40,7 +40,12 @@ pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub poison: Poison,
     pub opts: Arc<EngineOptions>,
-    pub tx: Sender<Request>,
+    /// The writer thread, if one runs. Requests are enqueued only while
+    /// holding this lock, and a writer retires only while holding it with
+    /// an empty queue — so no request is ever left in a dead writer's queue.
+    pub writer: Mutex<Option<WriterSlot>>,
+    /// Set when the database is deleted or the engine shuts down.
+    pub closed: AtomicBool,
     /// Counters as of the last commit.
     pub state: Mutex<DbState>,
     pub committed: Condvar,
@@ -49,7 +54,80 @@ pub(crate) struct Shared {
     pub compacting: AtomicBool,
 }
 
+/// A running writer: its queue and its thread.
+pub(crate) struct WriterSlot {
+    pub tx: Sender<Request>,
+    pub thread: std::thread::JoinHandle<()>,
+}
+
 impl Shared {
+    /// Enqueues a request, starting the writer if none runs. Gives the
+    /// request back when the queue is full.
+    fn try_enqueue(self: &Arc<Self>, mut req: Request) -> Result<Option<Request>> {
+        let mut slot = self.writer.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        // At most two rounds: a writer found dead is replaced once.
+        for _ in 0..2 {
+            let running = match slot.as_ref() {
+                Some(w) => w,
+                None => slot.insert(self.spawn_writer()?),
+            };
+            match running.tx.try_send(req) {
+                Ok(()) => return Ok(None),
+                Err(TrySendError::Full(back)) => return Ok(Some(back)),
+                Err(TrySendError::Disconnected(back)) => {
+                    req = back;
+                    *slot = None;
+                }
+            }
+        }
+        Err(Error::Closed)
+    }
+
+    fn spawn_writer(self: &Arc<Self>) -> Result<WriterSlot> {
+        let (tx, rx) = crossbeam_channel::bounded(self.opts.writer_queue_max);
+        let state = self.state.lock().clone();
+        let writer = Writer::new(self.clone(), rx, state);
+        let thread = std::thread::Builder::new()
+            .name(format!("writer-{}", self.db))
+            .spawn(move || writer.run())
+            .map_err(|e| {
+                Error::Storage(settee_store::StoreError::Io(format!(
+                    "cannot start a writer thread: {e}"
+                )))
+            })?;
+        Ok(WriterSlot { tx, thread })
+    }
+
+    /// Stops the writer for good (deletion, shutdown): later requests fail
+    /// with `Closed`. The writer applies and fsyncs what it holds first.
+    pub(crate) fn close(&self) {
+        let running = {
+            let mut slot = self.writer.lock();
+            self.closed.store(true, Ordering::Release);
+            slot.take()
+        };
+        if let Some(w) = running {
+            // The writer is alive (it retires only with the slot lock held),
+            // so this send is received; join either way.
+            drop(w.tx.send(Request::Shutdown));
+            drop(w.thread.join());
+        }
+    }
+
+    /// Called by an idle writer: retires it if its queue is empty.
+    pub(crate) fn retire_if_idle(&self, rx: &crossbeam_channel::Receiver<Request>) -> bool {
+        let mut slot = self.writer.lock();
+        if !rx.is_empty() {
+            return false;
+        }
+        // Dropping the slot detaches the thread, which returns right after.
+        *slot = None;
+        true
+    }
+
     /// Publishes a committed state and wakes change waiters.
     pub(crate) fn publish(&self, state: DbState) {
         let seq = state.update_seq;
@@ -144,26 +222,25 @@ impl Database {
         Ok(())
     }
 
-    /// Queues a request for the writer, blocking while the queue is full.
-    fn send(&self, req: Request) -> Result<()> {
+    /// Queues a request for the writer, waiting while the queue is full.
+    fn send(&self, mut req: Request) -> Result<()> {
         self.check()?;
-        self.shared.tx.send(req).map_err(|_| Error::Closed)
+        while let Some(back) = self.shared.try_enqueue(req)? {
+            req = back;
+            std::thread::sleep(QUEUE_FULL_RETRY);
+        }
+        Ok(())
     }
 
     /// Queues a request for the writer; while the queue is full it waits
     /// without blocking the async runtime's thread.
     async fn send_async(&self, mut req: Request) -> Result<()> {
         self.check()?;
-        loop {
-            match self.shared.tx.try_send(req) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Full(back)) => {
-                    req = back;
-                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
-                }
-                Err(TrySendError::Disconnected(_)) => return Err(Error::Closed),
-            }
+        while let Some(back) = self.shared.try_enqueue(req)? {
+            req = back;
+            tokio::time::sleep(QUEUE_FULL_RETRY).await;
         }
+        Ok(())
     }
 
     /// A snapshot reader: everything it reads is one consistent state.
@@ -463,6 +540,12 @@ impl Database {
         let (tx, rx) = oneshot::channel();
         self.send(Request::Compact(ids, tx))?;
         recv(rx)
+    }
+
+    /// Whether a writer thread runs now (writers start on the first write
+    /// and retire after `writer_idle_ms` without work).
+    pub fn writer_running(&self) -> bool {
+        self.shared.writer.lock().is_some()
     }
 
     pub fn is_compacting(&self) -> bool {

@@ -5,8 +5,9 @@
 //! - A database name maps to a database id in the catalog; ids are never
 //!   reused, so a deleted database's keys (removed by range deletes in the
 //!   same atomic batch as its catalog entry) can never leak into a new one.
-//! - Each open database has exactly one writer thread; handles to a deleted
-//!   database fail with not_found.
+//! - Each open database has at most one writer thread (started by the first
+//!   write, retired when idle); handles to a deleted database fail with
+//!   not_found.
 //! - Creation and deletion are durable (fsynced) before they return.
 
 use std::collections::HashMap;
@@ -27,19 +28,13 @@ use crate::keys::{self, DbId};
 use crate::options::EngineOptions;
 use crate::poison::Poison;
 use crate::records::{decode, encode, DbMeta, DbState};
-use crate::writer::{Request, Writer};
-
-struct OpenDb {
-    shared: Arc<Shared>,
-    writer: std::thread::JoinHandle<()>,
-}
 
 struct Inner {
     store: Arc<dyn Store>,
     poison: Poison,
     opts: Arc<EngineOptions>,
     /// Open databases by name. Also serializes create/delete.
-    open: Mutex<HashMap<String, OpenDb>>,
+    open: Mutex<HashMap<String, Arc<Shared>>>,
     shut_down: AtomicBool,
 }
 
@@ -143,9 +138,9 @@ impl Engine {
     pub fn db(&self, name: &str) -> Result<Database> {
         self.check()?;
         let mut open = self.inner.open.lock();
-        if let Some(o) = open.get(name) {
+        if let Some(shared) = open.get(name) {
             return Ok(Database {
-                shared: o.shared.clone(),
+                shared: shared.clone(),
             });
         }
         let meta = self
@@ -166,14 +161,15 @@ impl Engine {
         Ok(self.start(&mut open, name, meta, state))
     }
 
+    /// Registers an open database. Its writer thread starts with the first
+    /// write and retires when idle.
     fn start(
         &self,
-        open: &mut HashMap<String, OpenDb>,
+        open: &mut HashMap<String, Arc<Shared>>,
         name: &str,
         meta: DbMeta,
         state: DbState,
     ) -> Database {
-        let (tx, rx) = crossbeam_channel::bounded(self.inner.opts.writer_queue_max);
         let shared = Arc::new(Shared {
             name: name.to_string(),
             db: meta.id,
@@ -181,26 +177,15 @@ impl Engine {
             store: self.inner.store.clone(),
             poison: self.inner.poison.clone(),
             opts: self.inner.opts.clone(),
-            tx,
+            writer: Mutex::new(None),
+            closed: AtomicBool::new(false),
             seq_watch: watch::channel(state.update_seq).0,
-            state: Mutex::new(state.clone()),
+            state: Mutex::new(state),
             committed: Condvar::new(),
             deleted: AtomicBool::new(false),
             compacting: AtomicBool::new(false),
         });
-        let writer = Writer::new(shared.clone(), rx, state);
-        let handle = std::thread::Builder::new()
-            .name(format!("writer-{}", shared.db))
-            .spawn(move || writer.run())
-            // Failing to start a thread means the process is out of resources.
-            .expect("spawn database writer thread");
-        open.insert(
-            name.to_string(),
-            OpenDb {
-                shared: shared.clone(),
-                writer: handle,
-            },
-        );
+        open.insert(name.to_string(), shared.clone());
         Database { shared }
     }
 
@@ -212,9 +197,9 @@ impl Engine {
         let meta = self
             .read_meta(name)?
             .ok_or(Error::NotFound("Database does not exist."))?;
-        if let Some(o) = open.remove(name) {
-            o.shared.deleted.store(true, Ordering::Release);
-            stop_writer(o);
+        if let Some(shared) = open.remove(name) {
+            shared.deleted.store(true, Ordering::Release);
+            shared.close();
         }
         let (lo, hi) = keys::db_range(meta.id);
         let mut batch = Batch::new();
@@ -269,26 +254,19 @@ impl Engine {
     /// writers. Later calls fail with `Closed`.
     pub fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
-        let dbs: Vec<OpenDb> = self.inner.open.lock().drain().map(|(_, o)| o).collect();
-        for o in dbs {
-            stop_writer(o);
+        let dbs: Vec<Arc<Shared>> = self.inner.open.lock().drain().map(|(_, s)| s).collect();
+        for shared in dbs {
+            shared.close();
         }
     }
-}
-
-/// Asks a writer to flush and stop, and waits for it.
-fn stop_writer(o: OpenDb) {
-    // A send error means the writer is already gone; join either way.
-    drop(o.shared.tx.send(Request::Shutdown));
-    drop(o.writer.join());
 }
 
 impl Drop for Inner {
     /// The last engine handle stops the writers (flushing them), so the
     /// store closes once the remaining database handles are dropped too.
     fn drop(&mut self) {
-        for (_, o) in self.open.get_mut().drain() {
-            stop_writer(o);
+        for (_, shared) in self.open.get_mut().drain() {
+            shared.close();
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct EngineOptions {
     pub batch_docs_max: usize,
     /// Requests waiting for a database's writer; callers block (or wait) beyond it.
     pub writer_queue_max: usize,
+    /// A database's writer thread retires after this long without work
+    /// (it restarts with the next write), so idle databases hold no thread.
+    pub writer_idle_ms: u64,
     /// Documents the writer gathers into one group commit (a request is never split).
     pub group_docs_max: usize,
     /// Documents accepted in one update request.
@@ -49,6 +52,7 @@ impl Default for EngineOptions {
             batch_flush_ms: 1000,
             batch_docs_max: 1000,
             writer_queue_max: 4096,
+            writer_idle_ms: 30_000,
             group_docs_max: 20_000,
             update_docs_max: 100_000,
             rocks: RocksOptions::default(),

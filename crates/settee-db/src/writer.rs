@@ -158,13 +158,23 @@ impl Writer {
         }
     }
 
-    /// The writer thread's loop. Returns when shut down or when every
-    /// handle is gone, after flushing buffered and delayed writes.
+    /// The writer thread's loop. Returns when shut down (after applying and
+    /// fsyncing everything it holds) or when idle for `writer_idle_ms` with
+    /// nothing buffered, unsynced or queued.
     pub(crate) fn run(mut self) {
         loop {
+            let idle_deadline =
+                Instant::now() + Duration::from_millis(self.shared.opts.writer_idle_ms);
             let first = match self.next_deadline() {
                 Some(d) => self.rx.recv_deadline(d),
-                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                None => match self.rx.recv_deadline(idle_deadline) {
+                    // Nothing buffered, nothing unsynced, nothing queued for
+                    // a while: give the thread back.
+                    Err(RecvTimeoutError::Timeout) if self.shared.retire_if_idle(&self.rx) => {
+                        return
+                    }
+                    other => other,
+                },
             };
             let mut group = Vec::new();
             let disconnected = match first {

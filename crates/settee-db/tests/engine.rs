@@ -783,3 +783,53 @@ fn external_size_tracks_winning_bodies() {
     db.purge(vec![("a".into(), vec![r2])]).unwrap();
     assert_eq!(db.info().unwrap().sizes.external, 2);
 }
+
+#[test]
+fn idle_writers_retire_and_restart_transparently() {
+    let store = Arc::new(MemStore::new());
+    let opts = EngineOptions {
+        writer_idle_ms: 50,
+        batch_flush_ms: 20,
+        ..Default::default()
+    };
+    let e = Engine::with_store(store.clone(), opts);
+    let db = e.create_db("idle").unwrap();
+    assert!(!db.writer_running(), "no writer before the first write");
+    assert!(
+        db.reader()
+            .unwrap()
+            .get("a", &GetOptions::default())
+            .is_err(),
+        "reads need no writer"
+    );
+    assert!(!db.writer_running());
+    let r1 = put(&db, json!({"_id": "a"}));
+    assert!(db.writer_running());
+    // A batch-mode write keeps the writer until it is applied and fsynced.
+    let batch = UpdateOptions {
+        durability: Some(Durability::Batch),
+        ..Default::default()
+    };
+    db.update(vec![doc(json!({"_id": "b"}))], batch).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while db.writer_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!db.writer_running(), "the writer retired after being idle");
+    assert_eq!(
+        db.info().unwrap().doc_count,
+        2,
+        "the buffered write was applied before retiring"
+    );
+    store.crash();
+    let e2 = Engine::with_store(store.clone(), EngineOptions::default());
+    assert_eq!(
+        e2.db("idle").unwrap().info().unwrap().doc_count,
+        2,
+        "and fsynced"
+    );
+    // The next write starts a new writer that continues the sequence.
+    let r2 = put(&db, json!({"_id": "a", "_rev": r1.to_string()}));
+    assert_eq!(r2.pos, 2);
+    assert_eq!(db.update_seq(), 3);
+}
