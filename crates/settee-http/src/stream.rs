@@ -108,6 +108,9 @@ where
         }
     });
     let mut resp = json_response(StatusCode::OK, String::new());
-    *resp.body_mut() = Body::from_stream(stream);
+    // Fused: the gzip layer polls the body again after its end, and an
+    // `Unfold` polled after `None` panics (the connection then breaks
+    // mid-answer for every gzip client on responses over one chunk).
+    *resp.body_mut() = Body::from_stream(futures_util::StreamExt::fuse(stream));
     Ok(resp)
 }
