@@ -20,6 +20,8 @@ use settee_db::{Durability, Engine, EngineOptions};
 use settee_http::config::Config;
 use settee_http::{AppState, ServeOptions};
 
+mod tools;
+
 /// mimalloc: the engine's writer and the HTTP layer allocate many small
 /// short-lived buffers; glibc malloc cost ~20% more time in profiles.
 #[global_allocator]
@@ -40,6 +42,8 @@ struct Cli {
 enum Command {
     /// Serve CouchDB's HTTP API.
     Serve(ServeArgs),
+    #[command(flatten)]
+    Tool(tools::ToolCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Tool(t) => tools::run(t),
         Command::Serve(args) => match serve(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,0 +1,361 @@
+//! [`Db`]: a database URL, its credentials and typed calls on it.
+//!
+//! A database is named by a full URL (`http(s)://user:pass@host:port/db`)
+//! or by a bare name resolved against a server URL. Database names may
+//! contain `/`; it is percent-encoded as one path segment.
+
+use bytes::Bytes;
+use reqwest::Method;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::client::{Client, Credentials, Request, RetryPolicy};
+use crate::error::Error;
+use crate::types::{AllDocsPage, BulkDocsResult, BulkGetResponse, ChangesPage, DbInfo};
+
+/// A database on a CouchDB-compatible server.
+#[derive(Debug, Clone)]
+pub struct Db {
+    client: Client,
+    url: url::Url,
+    credentials: Option<Credentials>,
+    name: String,
+}
+
+/// The URL without user name and password.
+pub fn display_url(url: &url::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.to_string()
+}
+
+fn invalid(url: &str, detail: impl Into<String>) -> Error {
+    Error::InvalidUrl {
+        url: url.to_string(),
+        detail: detail.into(),
+    }
+}
+
+/// Resolves `spec` — a full database URL, or a bare database name joined
+/// to `server` — into the database URL (credentials removed), the
+/// credentials found in it (or in `server`), and the database name.
+pub fn parse_db_url(
+    spec: &str,
+    server: &str,
+) -> Result<(url::Url, Option<Credentials>, String), Error> {
+    let (mut url, name) = if spec.contains("://") {
+        let url = url::Url::parse(spec).map_err(|e| invalid(spec, e.to_string()))?;
+        let name = url
+            .path_segments()
+            .and_then(|mut s| s.rfind(|seg| !seg.is_empty()).map(str::to_string))
+            .ok_or_else(|| invalid(spec, "no database name in the path"))?;
+        let name = percent_encoding::percent_decode_str(&name)
+            .decode_utf8_lossy()
+            .into_owned();
+        (url, name)
+    } else {
+        if spec.is_empty() {
+            return Err(invalid(spec, "empty database name"));
+        }
+        let mut url =
+            url::Url::parse(server).map_err(|e| invalid(server, format!("server URL: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|_| invalid(server, "server URL cannot have a path"))?
+            .pop_if_empty()
+            .push(spec);
+        (url, spec.to_string())
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(spec, "the scheme must be http or https"));
+    }
+    // A trailing slash would make relative paths resolve wrongly.
+    if let Ok(mut segs) = url.path_segments_mut() {
+        segs.pop_if_empty();
+    }
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let credentials = if !url.username().is_empty() {
+        Some(Credentials {
+            user: decode(url.username()),
+            password: decode(url.password().unwrap_or("")),
+        })
+    } else {
+        None
+    };
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    url.set_fragment(None);
+    Ok((url, credentials, name))
+}
+
+/// Options of a `_changes` request.
+#[derive(Debug, Clone)]
+pub struct ChangesQuery {
+    pub since: Value,
+    pub limit: Option<usize>,
+    /// `style=all_docs`: every leaf revision, not only the winner.
+    pub all_docs: bool,
+    pub include_docs: bool,
+    /// Wait up to this long for a change (`feed=longpoll`).
+    pub longpoll_ms: Option<u64>,
+}
+
+/// A sequence as a query-string value: strings as they are, numbers as JSON.
+pub fn seq_param(seq: &Value) -> String {
+    match seq {
+        Value::String(s) => s.clone(),
+        Value::Null => "0".into(),
+        other => other.to_string(),
+    }
+}
+
+impl Db {
+    /// `spec` is a database URL or a bare name joined to `server`.
+    pub fn new(client: Client, spec: &str, server: &str) -> Result<Db, Error> {
+        let (url, credentials, name) = parse_db_url(spec, server)?;
+        Ok(Db {
+            client,
+            url,
+            credentials,
+            name,
+        })
+    }
+
+    /// The database name (decoded).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The URL without credentials, for messages.
+    pub fn display(&self) -> String {
+        display_url(&self.url)
+    }
+
+    /// The URL without credentials.
+    pub fn url(&self) -> &url::Url {
+        &self.url
+    }
+
+    fn url_for(&self, path: &[&str], query: &[(&str, String)]) -> url::Url {
+        let mut u = self.url.clone();
+        if !path.is_empty() {
+            if let Ok(mut segs) = u.path_segments_mut() {
+                segs.extend(path);
+            }
+        }
+        if !query.is_empty() {
+            let mut q = u.query_pairs_mut();
+            for (k, v) in query {
+                q.append_pair(k, v);
+            }
+        }
+        u
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &[&str],
+        query: &[(&str, String)],
+        body: Option<Bytes>,
+    ) -> Request {
+        Request {
+            method,
+            url: self.url_for(path, query),
+            body,
+            credentials: self.credentials.clone(),
+            retry: self.client.options().retry,
+            timeout: None,
+        }
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(&self, req: Request) -> Result<T, Error> {
+        let (_, body) = self.client.send(&req).await?;
+        serde_json::from_slice(&body).map_err(|e| Error::BadResponse {
+            method: req.method.to_string(),
+            url: display_url(&req.url),
+            detail: e.to_string(),
+        })
+    }
+
+    /// `GET /db`.
+    pub async fn info(&self) -> Result<DbInfo, Error> {
+        self.json(self.request(Method::GET, &[], &[], None)).await
+    }
+
+    /// `PUT /db`. An existing database is an error (412 `file_exists`).
+    pub async fn create(&self) -> Result<(), Error> {
+        let req = self.request(Method::PUT, &[], &[], None);
+        self.client.send(&req).await.map(|_| ())
+    }
+
+    /// `DELETE /db`.
+    pub async fn delete(&self) -> Result<(), Error> {
+        let req = self.request(Method::DELETE, &[], &[], None);
+        self.client.send(&req).await.map(|_| ())
+    }
+
+    /// One page of `_all_docs?include_docs=true`: up to `limit` rows with
+    /// ids ≥ `start` (the caller drops the repeated first row).
+    pub async fn all_docs(&self, start: Option<&str>, limit: usize) -> Result<AllDocsPage, Error> {
+        let mut q = vec![
+            ("include_docs", "true".to_string()),
+            ("limit", limit.to_string()),
+        ];
+        if let Some(s) = start {
+            q.push(("startkey", Value::String(s.to_string()).to_string()));
+        }
+        self.json(self.request(Method::GET, &["_all_docs"], &q, None))
+            .await
+    }
+
+    /// One page of `_changes` (normal feed, or longpoll).
+    pub async fn changes(&self, cq: &ChangesQuery) -> Result<ChangesPage, Error> {
+        let mut q = vec![("since", seq_param(&cq.since))];
+        if let Some(l) = cq.limit {
+            q.push(("limit", l.to_string()));
+        }
+        if cq.all_docs {
+            q.push(("style", "all_docs".into()));
+        }
+        if cq.include_docs {
+            q.push(("include_docs", "true".into()));
+        }
+        let mut req;
+        if let Some(ms) = cq.longpoll_ms {
+            q.push(("feed", "longpoll".into()));
+            q.push(("timeout", ms.to_string()));
+            req = self.request(Method::GET, &["_changes"], &q, None);
+            // The server holds the request for up to `ms`.
+            req.timeout =
+                Some(self.client.options().request_timeout + std::time::Duration::from_millis(ms));
+        } else {
+            req = self.request(Method::GET, &["_changes"], &q, None);
+        }
+        self.json(req).await
+    }
+
+    /// `POST /db/_bulk_get` for (id, rev) pairs; `revs` adds `_revisions`.
+    pub async fn bulk_get(
+        &self,
+        items: &[(String, String)],
+        revs: bool,
+    ) -> Result<BulkGetResponse, Error> {
+        #[derive(serde::Serialize)]
+        struct Item<'a> {
+            id: &'a str,
+            rev: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            docs: Vec<Item<'a>>,
+        }
+        let body = Body {
+            docs: items.iter().map(|(id, rev)| Item { id, rev }).collect(),
+        };
+        let body = serde_json::to_vec(&body).map_err(|e| Error::Config(e.to_string()))?;
+        let q = if revs {
+            vec![("revs", "true".to_string())]
+        } else {
+            vec![]
+        };
+        self.json(self.request(Method::POST, &["_bulk_get"], &q, Some(body.into())))
+            .await
+    }
+
+    /// `POST /db/_bulk_docs` with documents given as raw JSON, sent as they
+    /// are. `retry` overrides the client's policy (e.g. no retry of
+    /// timeouts when the caller shrinks the batch instead).
+    pub async fn bulk_docs<D: AsRef<RawValue>>(
+        &self,
+        docs: &[D],
+        new_edits: bool,
+        retry: Option<RetryPolicy>,
+    ) -> Result<Vec<BulkDocsResult>, Error> {
+        let len: usize = docs.iter().map(|d| d.as_ref().get().len() + 1).sum();
+        let mut body = Vec::with_capacity(len + 40);
+        body.extend_from_slice(if new_edits {
+            b"{\"docs\":["
+        } else {
+            b"{\"new_edits\":false,\"docs\":["
+        });
+        for (i, d) in docs.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(d.as_ref().get().as_bytes());
+        }
+        body.extend_from_slice(b"]}");
+        let mut req = self.request(Method::POST, &["_bulk_docs"], &[], Some(body.into()));
+        if let Some(r) = retry {
+            req.retry = r;
+        }
+        self.json(req).await
+    }
+
+    /// `GET /db/_local/ID`; `None` when it does not exist.
+    pub async fn get_local(&self, id: &str) -> Result<Option<Value>, Error> {
+        match self
+            .json::<Value>(self.request(Method::GET, &["_local", id], &[], None))
+            .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `PUT /db/_local/ID`; returns the new `_rev`.
+    pub async fn put_local(&self, id: &str, doc: &Value) -> Result<String, Error> {
+        let body = serde_json::to_vec(doc).map_err(|e| Error::Config(e.to_string()))?;
+        let v: Value = self
+            .json(self.request(Method::PUT, &["_local", id], &[], Some(body.into())))
+            .await?;
+        Ok(v.get("rev")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_url_with_credentials() {
+        let (u, c, n) = parse_db_url("https://ad%40m:p%3Ass@h:6984/my%2Fdb/", "").unwrap();
+        assert_eq!(u.as_str(), "https://h:6984/my%2Fdb");
+        let c = c.unwrap();
+        assert_eq!((c.user.as_str(), c.password.as_str()), ("ad@m", "p:ss"));
+        assert_eq!(n, "my/db");
+    }
+
+    #[test]
+    fn bare_name_joins_server() {
+        let (u, c, n) = parse_db_url("a/b", "http://u:p@127.0.0.1:5984/").unwrap();
+        assert_eq!(u.as_str(), "http://127.0.0.1:5984/a%2Fb");
+        assert_eq!(c.unwrap().user, "u");
+        assert_eq!(n, "a/b");
+        let (u, _, _) = parse_db_url("x", "http://h/prefix").unwrap();
+        assert_eq!(u.as_str(), "http://h/prefix/x");
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        assert!(parse_db_url("ftp://h/db", "").is_err());
+        assert!(parse_db_url("http://h/", "").is_err());
+        assert!(parse_db_url("", "http://h").is_err());
+    }
+
+    #[test]
+    fn display_hides_password() {
+        let u = url::Url::parse("http://a:secret@h/db").unwrap();
+        assert_eq!(display_url(&u), "http://h/db");
+    }
+}

@@ -1,0 +1,206 @@
+//! The writing half shared by `post-docs` and `copy`: documents go to
+//! `_bulk_docs` in batches sized by a [`Sizer`].
+//!
+//! Invariants:
+//! - every document handed to [`Sink::write`] is either acknowledged by the
+//!   server, reported on stderr as a JSON line (`id`, `error`, `reason`,
+//!   and the input `line` when known), or the call returns a fatal error
+//!   naming how many documents were not written — never dropped silently;
+//! - a 413 or a stalled request (timeout) halves the batch and sends the
+//!   same documents again; transient failures (connection, 5xx) are retried
+//!   with backoff by the client first. With `new_edits=false` resending is
+//!   idempotent; with `new_edits=true` a resent batch that the server had
+//!   applied shows up as conflicts, which are reported.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use settee_client::adapt::Sizer;
+use settee_client::{Db, RetryPolicy};
+
+use super::ToolError;
+
+/// Consecutive stalls at batch size 1 before giving up.
+const STALLS_MAX: u32 = 6;
+/// Largest write batch chosen automatically; write size barely matters
+/// (the seed), and smaller requests survive proxies better.
+pub const BATCH_DOCS_MAX: usize = 2000;
+pub const BATCH_DOCS_START: usize = 500;
+/// Bytes per `_bulk_docs` request the sizer aims below.
+pub const BATCH_BYTES_MAX: usize = 16 << 20;
+
+pub struct Sink {
+    db: Db,
+    new_edits: bool,
+    pub sizer: Sizer,
+    retry: RetryPolicy,
+    /// Documents acknowledged.
+    pub written: u64,
+    /// Documents reported as failed.
+    pub failed: u64,
+}
+
+impl Sink {
+    /// `batch`: a fixed size chosen by the user, or `None` for automatic.
+    pub fn new(db: Db, new_edits: bool, batch: Option<usize>, retry: RetryPolicy) -> Sink {
+        let sizer = match batch {
+            Some(n) => Sizer::fixed(n),
+            None => Sizer::adaptive(
+                BATCH_DOCS_START,
+                1,
+                BATCH_DOCS_MAX,
+                Duration::from_secs(2),
+                BATCH_BYTES_MAX,
+            ),
+        };
+        Sink {
+            db,
+            new_edits,
+            sizer,
+            // Timeouts are answered by shrinking, not by resending as is.
+            retry: RetryPolicy {
+                retry_timeouts: false,
+                ..retry
+            },
+            written: 0,
+            failed: 0,
+        }
+    }
+
+    /// Writes `docs`; `lines[i]` is the input line of `docs[i]` when known.
+    pub async fn write(
+        &mut self,
+        docs: &[Box<RawValue>],
+        lines: Option<&[u64]>,
+    ) -> Result<(), ToolError> {
+        let mut i = 0;
+        let mut stalls = 0u32;
+        while i < docs.len() {
+            let n = self.sizer.size().min(docs.len() - i);
+            let chunk = &docs[i..i + n];
+            let bytes: usize = chunk.iter().map(|d| d.get().len()).sum();
+            let t0 = Instant::now();
+            match self
+                .db
+                .bulk_docs(chunk, self.new_edits, Some(self.retry))
+                .await
+            {
+                Ok(results) => {
+                    self.sizer.observe(n, bytes, t0.elapsed());
+                    self.account(chunk, lines.map(|l| &l[i..i + n]), &results)?;
+                    stalls = 0;
+                    i += n;
+                }
+                Err(e) if e.is_too_large() => {
+                    if !self.sizer.shrink() {
+                        if n == 1 {
+                            self.report(
+                                doc_id(&chunk[0]).as_deref(),
+                                lines.map(|l| l[i]),
+                                "too_large",
+                                &e.to_string(),
+                            );
+                            self.failed += 1;
+                            i += 1;
+                            continue;
+                        }
+                        return Err(self.fatal(docs.len() - i, lines.map(|l| l[i]), &e));
+                    }
+                    tracing::warn!(
+                        batch = self.sizer.size(),
+                        "413 from _bulk_docs; halving the batch"
+                    );
+                }
+                Err(e) if e.is_timeout() => {
+                    stalls += 1;
+                    if !self.sizer.shrink() && stalls >= STALLS_MAX {
+                        return Err(self.fatal(docs.len() - i, lines.map(|l| l[i]), &e));
+                    }
+                    eprintln!(
+                        "settee: write stalled ({e}); retrying with batches of {}",
+                        self.sizer.size()
+                    );
+                    tokio::time::sleep(self.retry.delay(stalls)).await;
+                }
+                Err(e) => return Err(self.fatal(docs.len() - i, lines.map(|l| l[i]), &e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn fatal(&self, left: usize, line: Option<u64>, e: &settee_client::Error) -> ToolError {
+        let at = line
+            .map(|l| format!(" from input line {l}"))
+            .unwrap_or_default();
+        ToolError::Fatal(format!(
+            "{left} documents{at} not written ({} written, {} failed before): {e}",
+            self.written, self.failed
+        ))
+    }
+
+    /// Counts acknowledgements and reports per-document errors. With
+    /// `new_edits=false` CouchDB lists only the failures, so results are
+    /// matched to documents by id, not by position.
+    fn account(
+        &mut self,
+        chunk: &[Box<RawValue>],
+        lines: Option<&[u64]>,
+        results: &[settee_client::types::BulkDocsResult],
+    ) -> Result<(), ToolError> {
+        let errors: Vec<_> = results.iter().filter(|r| r.is_error()).collect();
+        if self.new_edits && results.len() != chunk.len() {
+            return Err(ToolError::Fatal(format!(
+                "_bulk_docs answered {} results for {} documents",
+                results.len(),
+                chunk.len()
+            )));
+        }
+        for (k, r) in results.iter().enumerate() {
+            if !r.is_error() {
+                continue;
+            }
+            // Positional when every document has a result; else by id.
+            let line = lines.and_then(|l| {
+                if results.len() == chunk.len() {
+                    l.get(k).copied()
+                } else {
+                    chunk
+                        .iter()
+                        .position(|d| doc_id(d).as_deref() == r.id.as_deref())
+                        .map(|p| l[p])
+                }
+            });
+            self.report(
+                r.id.as_deref(),
+                line,
+                r.error.as_deref().unwrap_or("error"),
+                r.reason.as_deref().unwrap_or(""),
+            );
+        }
+        self.failed += errors.len() as u64;
+        self.written += (chunk.len() - errors.len().min(chunk.len())) as u64;
+        Ok(())
+    }
+
+    fn report(&self, id: Option<&str>, line: Option<u64>, error: &str, reason: &str) {
+        let mut v = serde_json::json!({"id": id, "error": error, "reason": reason});
+        if let Some(l) = line {
+            v["line"] = l.into();
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{v}");
+    }
+}
+
+/// The `_id` of a raw document, if it has one.
+pub fn doc_id(doc: &RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        #[serde(rename = "_id")]
+        id: Option<String>,
+    }
+    serde_json::from_str::<Id>(doc.get())
+        .ok()
+        .and_then(|d| d.id)
+}

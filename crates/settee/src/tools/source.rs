@@ -1,0 +1,118 @@
+//! The reading half shared by `ls-docs --revs` and `copy`: one page of the
+//! source's `_changes` (`style=all_docs`: every leaf revision, live,
+//! deleted or in conflict), then those leaves with their revision paths
+//! (`_bulk_get?revs=true`), ready for `_bulk_docs` with `new_edits=false`.
+//!
+//! Invariants: `_local` documents never appear (the changes feed does not
+//! carry them, and ids starting with `_local/` are dropped defensively);
+//! a leaf the source no longer has (compacted away between the two calls)
+//! is skipped — its successor appears later in the feed.
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+use settee_client::{ChangesQuery, Db, Error};
+
+/// Most (id, rev) pairs in one `_bulk_get` (CouchDB's `max_bulk_get_count`).
+const BULK_GET_MAX: usize = 10_000;
+
+/// One page read from the source.
+pub struct LeafPage {
+    /// Leaf revisions with `_revisions`, in feed order.
+    pub docs: Vec<Box<RawValue>>,
+    /// Rows of the changes feed (documents) this page covers.
+    pub changes: usize,
+    /// Rows the feed returned before filtering (for page-size decisions).
+    pub rows: usize,
+    /// The sequence to continue from (and to checkpoint once written).
+    pub last_seq: Value,
+    pub bytes: usize,
+    /// Leaves the source could not return any more.
+    pub skipped: usize,
+}
+
+pub struct ReadOptions {
+    pub filter_design: bool,
+    pub longpoll_ms: Option<u64>,
+}
+
+pub async fn read_leaves(
+    db: &Db,
+    since: &Value,
+    limit: usize,
+    opts: &ReadOptions,
+) -> Result<LeafPage, Error> {
+    let page = db
+        .changes(&ChangesQuery {
+            since: since.clone(),
+            limit: Some(limit),
+            all_docs: true,
+            include_docs: false,
+            longpoll_ms: opts.longpoll_ms,
+        })
+        .await?;
+    let rows = page.results.len();
+    let mut wanted = Vec::new();
+    let mut changes = 0;
+    for c in &page.results {
+        if c.id.starts_with("_local/") || (opts.filter_design && super::jsonl::is_design(&c.id)) {
+            continue;
+        }
+        changes += 1;
+        for r in &c.changes {
+            wanted.push((c.id.clone(), r.rev.clone()));
+        }
+    }
+    let mut docs = Vec::with_capacity(wanted.len());
+    let mut bytes = 0;
+    let mut skipped = 0;
+    let mut chunk_max = BULK_GET_MAX;
+    let mut rest = &wanted[..];
+    while !rest.is_empty() {
+        let n = chunk_max.min(rest.len());
+        let resp = match db.bulk_get(&rest[..n], true).await {
+            Ok(r) => r,
+            Err(e) if e.is_too_large() && n > 1 => {
+                chunk_max = n / 2;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for result in resp.results {
+            for d in result.docs {
+                match (d.ok, d.error) {
+                    (Some(doc), _) => {
+                        bytes += doc.get().len();
+                        docs.push(doc);
+                    }
+                    (None, Some(err)) => {
+                        // CouchDB: {"error":{"error":"not_found",…}}; PouchDB: {"error":"not_found"}.
+                        let kind = err
+                            .get("error")
+                            .and_then(Value::as_str)
+                            .or(err.as_str())
+                            .unwrap_or("");
+                        if kind != "not_found" {
+                            return Err(Error::BadResponse {
+                                method: "POST".into(),
+                                url: format!("{}/_bulk_get", db.display()),
+                                detail: format!("document {:?}: {err}", result.id),
+                            });
+                        }
+                        tracing::warn!(id = ?result.id, "leaf no longer on the source; skipped");
+                        skipped += 1;
+                    }
+                    (None, None) => skipped += 1,
+                }
+            }
+        }
+        rest = &rest[n..];
+    }
+    Ok(LeafPage {
+        docs,
+        changes,
+        rows,
+        last_seq: page.last_seq,
+        bytes,
+        skipped,
+    })
+}
