@@ -20,6 +20,7 @@ use settee_db::{Durability, Engine, EngineOptions};
 use settee_http::config::Config;
 use settee_http::{AppState, ServeOptions};
 
+mod bench;
 mod tools;
 
 /// mimalloc: the engine's writer and the HTTP layer allocate many small
@@ -42,6 +43,8 @@ struct Cli {
 enum Command {
     /// Serve CouchDB's HTTP API.
     Serve(ServeArgs),
+    /// Benchmark CouchDB-compatible servers side by side (the profiling suite).
+    Bench(bench::BenchArgs),
     #[command(flatten)]
     Tool(tools::ToolCommand),
 }
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Bench(args) => bench::run(args),
         Command::Tool(t) => tools::run(t),
         Command::Serve(args) => match serve(args) {
             Ok(()) => ExitCode::SUCCESS,
