@@ -103,8 +103,14 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         "post-docs done"
     );
     if malformed > 0 || sink.failed > 0 {
+        let hint = if args.new_edits && sink.conflicts > 0 {
+            "; hint: a document whose _rev the target lacks conflicts — \
+             to store revisions as they are (a copy), pass --new-edits=false"
+        } else {
+            ""
+        };
         return Err(ToolError::Partial(format!(
-            "{} documents written; {} failed, {} malformed input lines (reported above)",
+            "{} documents written; {} failed, {} malformed input lines (reported above){hint}",
             sink.written, sink.failed, malformed
         )));
     }

@@ -39,6 +39,8 @@ pub struct Sink {
     pub written: u64,
     /// Documents reported as failed.
     pub failed: u64,
+    /// Of those, `conflict` errors.
+    pub conflicts: u64,
 }
 
 impl Sink {
@@ -65,6 +67,7 @@ impl Sink {
             },
             written: 0,
             failed: 0,
+            conflicts: 0,
         }
     }
 
@@ -179,6 +182,10 @@ impl Sink {
             );
         }
         self.failed += errors.len() as u64;
+        self.conflicts += errors
+            .iter()
+            .filter(|r| r.error.as_deref() == Some("conflict"))
+            .count() as u64;
         self.written += (chunk.len() - errors.len().min(chunk.len())) as u64;
         Ok(())
     }
