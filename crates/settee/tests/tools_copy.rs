@@ -205,3 +205,60 @@ fn ls_docs_pages_and_filters_design_docs() {
     // Rows: _design/app, _design/other (left out), conf, dconf, deep.
     assert_eq!(lines(&out).len(), 3);
 }
+
+#[test]
+fn continuous_copy_follows_changes_until_interrupted() {
+    let server = common::shared();
+    let h = Http::settee(server);
+    build_fixture(&h, "cont_src", 20);
+    let mut child = tool(&[
+        "copy",
+        &db_url(server, "cont_src"),
+        &db_url(server, "cont_dst"),
+        "--create-target",
+        "--continuous",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn copy --continuous");
+    let wait_for = |path: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while h.req("GET", path, None).status != 200 {
+            assert!(std::time::Instant::now() < deadline, "{path} never arrived");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait_for("/cont_dst/doc-00019");
+    // Later writes on the source arrive while the copy keeps running.
+    h.ok("PUT", "/cont_src/later", Some(&serde_json::json!({"v": 1})));
+    wait_for("/cont_dst/later");
+    let d = h.ok("GET", "/cont_src/later", None);
+    h.ok(
+        "DELETE",
+        &format!("/cont_src/later?rev={}", d["_rev"].as_str().unwrap()),
+        None,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while h.req("GET", "/cont_dst/later", None).status != 404 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "deletion never arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "continuous copy exited"
+    );
+    // SIGINT: finish, checkpoint, exit 0.
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = wait_output(child, std::time::Duration::from_secs(30));
+    ok(&out);
+    assert_same(&snapshot(&h, "cont_src"), &snapshot(&h, "cont_dst"), false);
+}
