@@ -20,12 +20,17 @@ impl Progress {
             None => ProgressBar::new_spinner(),
         };
         let template = if total.is_some() {
-            "{wide_bar} {human_pos}/{human_len} docs  {per_sec}  ETA {eta}  {msg}"
+            "{wide_bar} {human_pos}/{human_len} docs  {rate}  ETA {eta}  {msg}"
         } else {
-            "{spinner} {human_pos} docs  {per_sec}  {msg}"
+            "{spinner} {human_pos} docs  {rate}  {msg}"
         };
         if let Ok(style) = ProgressStyle::with_template(template) {
-            bar.set_style(style);
+            bar.set_style(style.with_key(
+                "rate",
+                |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0} docs/s", s.per_sec());
+                },
+            ));
         }
         bar.set_position(start);
         Progress { bar: Some(bar) }
