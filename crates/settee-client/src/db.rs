@@ -240,11 +240,13 @@ impl Db {
         self.json(req).await
     }
 
-    /// `POST /db/_bulk_get` for (id, rev) pairs; `revs` adds `_revisions`.
+    /// `POST /db/_bulk_get` for (id, rev) pairs; `revs` adds `_revisions`,
+    /// `attachments` inlines attachment bodies (base64).
     pub async fn bulk_get(
         &self,
         items: &[(String, String)],
         revs: bool,
+        attachments: bool,
     ) -> Result<BulkGetResponse, Error> {
         #[derive(serde::Serialize)]
         struct Item<'a> {
@@ -259,13 +261,61 @@ impl Db {
             docs: items.iter().map(|(id, rev)| Item { id, rev }).collect(),
         };
         let body = serde_json::to_vec(&body).map_err(|e| Error::Config(e.to_string()))?;
-        let q = if revs {
-            vec![("revs", "true".to_string())]
-        } else {
-            vec![]
-        };
+        let mut q = vec![];
+        if revs {
+            q.push(("revs", "true".to_string()));
+        }
+        if attachments {
+            q.push(("attachments", "true".to_string()));
+        }
         self.json(self.request(Method::POST, &["_bulk_get"], &q, Some(body.into())))
             .await
+    }
+
+    /// `GET /db/ID?open_revs=[…]&revs=true` (JSON, not multipart): the
+    /// per-document way to read given revisions, for servers without
+    /// `_bulk_get` (CouchDB 1.x). Answers are in the `_bulk_get` shape;
+    /// a missing revision becomes a `not_found` error entry.
+    pub async fn open_revs(
+        &self,
+        id: &str,
+        revs: &[String],
+        attachments: bool,
+    ) -> Result<Vec<crate::types::BulkGetDoc>, Error> {
+        let mut q = vec![
+            (
+                "open_revs",
+                serde_json::to_string(revs).map_err(|e| Error::Config(e.to_string()))?,
+            ),
+            ("revs", "true".to_string()),
+        ];
+        if attachments {
+            q.push(("attachments", "true".to_string()));
+        }
+        // `_design/x` is one id but two path segments on the wire.
+        let path: Vec<&str> = match id.strip_prefix("_design/") {
+            Some(rest) => vec!["_design", rest],
+            None => vec![id],
+        };
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            #[serde(default)]
+            ok: Option<Box<RawValue>>,
+            #[serde(default)]
+            missing: Option<String>,
+        }
+        let entries: Vec<Entry> = self
+            .json(self.request(Method::GET, &path, &q, None))
+            .await?;
+        Ok(entries
+            .into_iter()
+            .map(|e| crate::types::BulkGetDoc {
+                ok: e.ok,
+                error: e.missing.map(|rev| {
+                    serde_json::json!({"id": id, "rev": rev, "error": "not_found", "reason": "missing"})
+                }),
+            })
+            .collect())
     }
 
     /// `POST /db/_bulk_docs` with documents given as raw JSON, sent as they

@@ -15,8 +15,9 @@ use std::process::{Child, Command, Stdio};
 use serde_json::json;
 use tools_support::*;
 
-/// mode: "tls" (HTTPS, optional client auth) or "plain" (an HTTP forward
-/// proxy); every request whose body exceeds stallBytes is swallowed: read,
+/// mode: "tls" (HTTPS, optional client auth), "plain" (an HTTP forward
+/// proxy) or "nobulkget" (plain, answering `_bulk_get` with 404 like
+/// CouchDB 1.x); every request whose body exceeds stallBytes is swallowed: read,
 /// never answered (a stalled tunnel).
 const PROXY_JS: &str = r#"
 const http = require('http'), https = require('https'), fs = require('fs');
@@ -24,6 +25,12 @@ const [mode, target, stallBytes, dir, clientAuth] = process.argv.slice(2);
 function handler(req, res) {
   let path = req.url;
   if (/^https?:\/\//.test(path)) { const u = new URL(path); path = u.pathname + u.search; }
+  if (mode === 'nobulkget' && path.includes('/_bulk_get')) {
+    req.resume();
+    res.writeHead(404, {'Content-Type': 'application/json'});
+    res.end('{"error":"not_found","reason":"missing"}');
+    return;
+  }
   const len = parseInt(req.headers['content-length'] || '0', 10);
   if (len > parseInt(stallBytes, 10)) { req.resume(); return; }
   const p = http.request({host: '127.0.0.1', port: +target, method: req.method, path,
@@ -304,4 +311,36 @@ fn http_proxy_option_is_used() {
         &docs_jsonl(10, 10),
     ));
     assert_eq!(h.ok("GET", "/proxied", None)["doc_count"], 10);
+}
+
+#[test]
+fn copy_falls_back_to_open_revs_without_bulk_get() {
+    let server = common::shared();
+    let h = Http::settee(server);
+    build_fixture(&h, "old_src", 300);
+    let dir = tempfile::tempdir().unwrap();
+    let p = proxy(
+        dir.path(),
+        "nobulkget",
+        server.port,
+        usize::MAX >> 12,
+        false,
+    );
+    let old = format!("http://admin:s3cret-pw@127.0.0.1:{}/old_src", p.port);
+    let out = run(
+        &["copy", &old, &db_url(server, "old_dst"), "--create-target"],
+        b"",
+    );
+    let err = ok(&out);
+    assert!(err.contains("no _bulk_get"), "{err}");
+    assert_same(&snapshot(&h, "old_src"), &snapshot(&h, "old_dst"), false);
+    // ls-docs --revs the same way.
+    let out = run(&["ls-docs", &old, "--revs", "--include-design"], b"");
+    ok(&out);
+    let lines = out.stdout.iter().filter(|&&b| b == b'\n').count();
+    assert_eq!(
+        lines,
+        300 + 2 + 1 + 2 + 2 + 1,
+        "plain, design, gone, conf×2, dconf×2, deep"
+    );
 }

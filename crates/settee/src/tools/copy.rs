@@ -257,12 +257,10 @@ async fn read_loop(
 ) -> Result<usize, ToolError> {
     let mut sizer = page_sizer(unit);
     let mut caught_up = false;
+    let mut opts = ReadOptions::new(filter_design);
     loop {
         let size = sizer.size();
-        let opts = ReadOptions {
-            filter_design,
-            longpoll_ms: (continuous && caught_up).then_some(LONGPOLL_MS),
-        };
+        opts.longpoll_ms = (continuous && caught_up).then_some(LONGPOLL_MS);
         let t = Instant::now();
         let page = tokio::select! {
             r = read_leaves(&src, &since, size, &opts) => r.map_err(|e| explain(&src, "source", e))?,

@@ -178,10 +178,7 @@ async fn changes_mode<W: Write>(
 ) -> Result<u64, ToolError> {
     let mut n = 0u64;
     let mut pages = 0u64;
-    let opts = ReadOptions {
-        filter_design: !args.include_design,
-        longpoll_ms: None,
-    };
+    let opts = ReadOptions::new(!args.include_design);
     while pages < pages_max {
         let size = sizer.size();
         let t = Instant::now();

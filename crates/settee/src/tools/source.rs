@@ -8,12 +8,18 @@
 //! a leaf the source no longer has (compacted away between the two calls)
 //! is skipped — its successor appears later in the feed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures_util::StreamExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
+use settee_client::types::{BulkGetDoc, BulkGetResult};
 use settee_client::{ChangesQuery, Db, Error};
 
 /// Most (id, rev) pairs in one `_bulk_get` (CouchDB's `max_bulk_get_count`).
 const BULK_GET_MAX: usize = 10_000;
+/// Concurrent per-document reads when the source lacks `_bulk_get`.
+const OPEN_REVS_IN_FLIGHT: usize = 8;
 
 /// One page read from the source.
 pub struct LeafPage {
@@ -33,6 +39,43 @@ pub struct LeafPage {
 pub struct ReadOptions {
     pub filter_design: bool,
     pub longpoll_ms: Option<u64>,
+    /// Cleared for good once the source answers `_bulk_get` with 400, 404
+    /// or 405 (CouchDB 1.x): then every document is read with `open_revs`.
+    pub bulk_get: AtomicBool,
+}
+
+impl ReadOptions {
+    pub fn new(filter_design: bool) -> ReadOptions {
+        ReadOptions {
+            filter_design,
+            longpoll_ms: None,
+            bulk_get: AtomicBool::new(true),
+        }
+    }
+}
+
+/// Reads leaves with one `GET …?open_revs=` per document, a few at a time,
+/// in order.
+async fn read_by_open_revs(
+    db: &Db,
+    wanted: &[(String, String)],
+) -> Result<Vec<BulkGetResult>, Error> {
+    let mut by_id: Vec<(String, Vec<String>)> = Vec::new();
+    for (id, rev) in wanted {
+        match by_id.last_mut() {
+            Some((last, revs)) if last == id => revs.push(rev.clone()),
+            _ => by_id.push((id.clone(), vec![rev.clone()])),
+        }
+    }
+    let results: Vec<Result<BulkGetResult, Error>> = futures_util::stream::iter(by_id)
+        .map(|(id, revs)| async move {
+            let docs: Vec<BulkGetDoc> = db.open_revs(&id, &revs, true).await?;
+            Ok(BulkGetResult { id: Some(id), docs })
+        })
+        .buffered(OPEN_REVS_IN_FLIGHT)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }
 
 pub async fn read_leaves(
@@ -69,15 +112,24 @@ pub async fn read_leaves(
     let mut rest = &wanted[..];
     while !rest.is_empty() {
         let n = chunk_max.min(rest.len());
-        let resp = match db.bulk_get(&rest[..n], true).await {
-            Ok(r) => r,
-            Err(e) if e.is_too_large() && n > 1 => {
-                chunk_max = n / 2;
-                continue;
+        let results = if opts.bulk_get.load(Ordering::Relaxed) {
+            match db.bulk_get(&rest[..n], true, true).await {
+                Ok(r) => r.results,
+                Err(e) if e.is_too_large() && n > 1 => {
+                    chunk_max = n / 2;
+                    continue;
+                }
+                Err(e) if matches!(e.status(), Some(400 | 404 | 405)) => {
+                    tracing::warn!(error = %e, "the source has no _bulk_get; reading documents one by one");
+                    opts.bulk_get.store(false, Ordering::Relaxed);
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+        } else {
+            read_by_open_revs(db, &rest[..n]).await?
         };
-        for result in resp.results {
+        for result in results {
             for d in result.docs {
                 match (d.ok, d.error) {
                     (Some(doc), _) => {
