@@ -262,3 +262,29 @@ fn continuous_copy_follows_changes_until_interrupted() {
     ok(&out);
     assert_same(&snapshot(&h, "cont_src"), &snapshot(&h, "cont_dst"), false);
 }
+
+#[test]
+fn checkpoint_of_a_recreated_source_is_not_trusted() {
+    let server = common::shared();
+    let h = Http::settee(server);
+    build_fixture(&h, "re_src", 30);
+    let copy = || {
+        run(
+            &[
+                "copy",
+                &db_url(server, "re_src"),
+                &db_url(server, "re_dst"),
+                "--create-target",
+            ],
+            b"",
+        )
+    };
+    ok(&copy());
+    // Same name, new database with fewer updates than the checkpoint says.
+    h.ok("DELETE", "/re_src", None);
+    h.ok("PUT", "/re_src", None);
+    h.ok("PUT", "/re_src/fresh", Some(&serde_json::json!({"v": 2})));
+    let err = ok(&copy());
+    assert!(err.contains("recreated"), "{err}");
+    assert_eq!(h.req("GET", "/re_dst/fresh", None).status, 200);
+}

@@ -45,6 +45,12 @@ pub struct ConnArgs {
 
 impl ConnArgs {
     pub fn client(&self) -> Result<Client, ToolError> {
+        self.client_with_retries(self.retries)
+    }
+
+    /// A client with another retry count (e.g. a long-running follower
+    /// that should outlast a server restart).
+    pub fn client_with_retries(&self, retries: u32) -> Result<Client, ToolError> {
         let opts = ClientOptions {
             ca_file: self.cacert.clone(),
             client_cert: self.cert.clone(),
@@ -53,7 +59,7 @@ impl ConnArgs {
             connect_timeout: Duration::from_secs(self.connect_timeout.max(1)),
             request_timeout: Duration::from_secs(self.timeout.max(1)),
             retry: RetryPolicy {
-                retries: self.retries,
+                retries,
                 ..RetryPolicy::default()
             },
             ..ClientOptions::default()

@@ -148,7 +148,13 @@ impl Checkpoint {
 }
 
 pub async fn run(args: Args) -> Result<(), ToolError> {
-    let client = args.conn.client()?;
+    // A continuous copy rides out server restarts and network outages:
+    // with the 20 s backoff cap, 1,000 retries last about five hours.
+    let client = if args.continuous {
+        args.conn.client_with_retries(args.conn.retries.max(1_000))?
+    } else {
+        args.conn.client()?
+    };
     let src = args.conn.db(&client, &args.src)?;
     let dst = args.conn.db(&client, &args.dst)?;
     let src_info = src.info().await.map_err(|e| explain(&src, "source", e))?;
@@ -166,7 +172,19 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         Err(e) => return Err(explain(&dst, "target", e)),
     }
     let mut ckpt = Checkpoint::load(&dst, checkpoint_id(&src, &dst, args.filter_design)).await?;
-    if args.restart {
+    // A checkpoint beyond the source's current sequence belongs to an
+    // earlier database of the same name (deleted and recreated): start over.
+    let stale = matches!(
+        (ckpt.seq.as_u64(), src_info.update_seq.as_u64()),
+        (Some(c), Some(s)) if c > s
+    );
+    if stale {
+        eprintln!(
+            "settee copy: checkpoint seq {} is ahead of the source ({}); the source was recreated, copying from the start",
+            ckpt.seq, src_info.update_seq
+        );
+    }
+    if args.restart || stale {
         ckpt.seq = Value::from(0);
         ckpt.docs = 0;
     } else if ckpt.seq != 0 {
