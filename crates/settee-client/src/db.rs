@@ -348,6 +348,27 @@ impl Db {
         self.json(req).await
     }
 
+    /// `POST /db/_revs_diff`: of the given revisions per id, those this
+    /// database lacks (ids with nothing missing are absent from the map).
+    pub async fn revs_diff(
+        &self,
+        revs: &std::collections::BTreeMap<&str, Vec<&str>>,
+    ) -> Result<std::collections::HashMap<String, Vec<String>>, Error> {
+        #[derive(serde::Deserialize)]
+        struct Missing {
+            #[serde(default)]
+            missing: Vec<String>,
+        }
+        let body = serde_json::to_vec(revs).map_err(|e| Error::Config(e.to_string()))?;
+        let v: std::collections::HashMap<String, Missing> = self
+            .json(self.request(Method::POST, &["_revs_diff"], &[], Some(body.into())))
+            .await?;
+        Ok(v.into_iter()
+            .filter(|(_, m)| !m.missing.is_empty())
+            .map(|(id, m)| (id, m.missing))
+            .collect())
+    }
+
     /// `GET /db/_local/ID`; `None` when it does not exist.
     pub async fn get_local(&self, id: &str) -> Result<Option<Value>, Error> {
         match self

@@ -105,6 +105,19 @@ fn copy_is_faithful_and_idempotent() {
     assert!(err.contains("resuming from checkpoint"), "{err}");
     assert!(err.contains(" 0 documents"), "{err}");
 
+    // --restart walks the whole feed again, but `_revs_diff` shows the
+    // target has every revision: nothing is read or written.
+    let err = ok(&run(
+        &[
+            "copy",
+            &db_url(server, "copy_src"),
+            &db_url(server, "copy_dst"),
+            "--restart",
+        ],
+        b"",
+    ));
+    assert!(err.contains("documents (0 revisions)"), "{err}");
+
     // New changes on the source (an update and a new conflict) follow.
     let d = h.ok("GET", "/copy_src/doc-00001", None);
     let mut d2 = d.clone();

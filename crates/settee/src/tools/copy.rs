@@ -3,7 +3,8 @@
 //! revision (conflicts, deleted leaves) with its revision path, written
 //! with `new_edits=false`; `_local` documents are not copied.
 //!
-//! Shape: a reader task (`_changes?style=all_docs` page → `_bulk_get`)
+//! Shape: a reader task (`_changes?style=all_docs` page → `_revs_diff`
+//! against the target unless it started empty → `_bulk_get`)
 //! feeds a writer (`_bulk_docs`) through a channel of `PAGES_QUEUED`
 //! pages, so reading page k+1 overlaps writing page k with bounded memory.
 //! The read page size and the write batch size adapt at run time
@@ -151,17 +152,20 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     // A continuous copy rides out server restarts and network outages:
     // with the 20 s backoff cap, 1,000 retries last about five hours.
     let client = if args.continuous {
-        args.conn.client_with_retries(args.conn.retries.max(1_000))?
+        args.conn
+            .client_with_retries(args.conn.retries.max(1_000))?
     } else {
         args.conn.client()?
     };
     let src = args.conn.db(&client, &args.src)?;
     let dst = args.conn.db(&client, &args.dst)?;
     let src_info = src.info().await.map_err(|e| explain(&src, "source", e))?;
-    match dst.info().await {
-        Ok(_) => {}
+    // An empty target has every revision missing: skip `_revs_diff`.
+    let target_empty = match dst.info().await {
+        Ok(i) => i.doc_count + i.doc_del_count == 0,
         Err(e) if e.is_not_found() && args.create_target => {
-            dst.create().await.map_err(|e| explain(&dst, "target", e))?
+            dst.create().await.map_err(|e| explain(&dst, "target", e))?;
+            true
         }
         Err(e) if e.is_not_found() => {
             return Err(ToolError::Fatal(format!(
@@ -170,7 +174,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
             )))
         }
         Err(e) => return Err(explain(&dst, "target", e)),
-    }
+    };
     let mut ckpt = Checkpoint::load(&dst, checkpoint_id(&src, &dst, args.filter_design)).await?;
     // A checkpoint beyond the source's current sequence belongs to an
     // earlier database of the same name (deleted and recreated): start over.
@@ -211,6 +215,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<LeafPage>(PAGES_QUEUED);
     let reader = tokio::spawn(read_loop(
         src.clone(),
+        (!target_empty).then(|| dst.clone()),
         ckpt.seq.clone(),
         args.unit,
         args.filter_design,
@@ -266,6 +271,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
 /// until stopped). Returns the last page size used.
 async fn read_loop(
     src: Db,
+    revs_diff_target: Option<Db>,
     mut since: Value,
     unit: Option<usize>,
     filter_design: bool,
@@ -276,6 +282,7 @@ async fn read_loop(
     let mut sizer = page_sizer(unit);
     let mut caught_up = false;
     let mut opts = ReadOptions::new(filter_design);
+    opts.revs_diff_target = revs_diff_target;
     loop {
         let size = sizer.size();
         opts.longpoll_ms = (continuous && caught_up).then_some(LONGPOLL_MS);

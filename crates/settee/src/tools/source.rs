@@ -42,6 +42,9 @@ pub struct ReadOptions {
     /// Cleared for good once the source answers `_bulk_get` with 400, 404
     /// or 405 (CouchDB 1.x): then every document is read with `open_revs`.
     pub bulk_get: AtomicBool,
+    /// Ask this target which leaves it lacks (`_revs_diff`) and read only
+    /// those, as the replicator does.
+    pub revs_diff_target: Option<Db>,
 }
 
 impl ReadOptions {
@@ -50,6 +53,7 @@ impl ReadOptions {
             filter_design,
             longpoll_ms: None,
             bulk_get: AtomicBool::new(true),
+            revs_diff_target: None,
         }
     }
 }
@@ -103,6 +107,16 @@ pub async fn read_leaves(
         changes += 1;
         for r in &c.changes {
             wanted.push((c.id.clone(), r.rev.clone()));
+        }
+    }
+    if let Some(target) = &opts.revs_diff_target {
+        if !wanted.is_empty() {
+            let mut ask: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+            for (id, rev) in &wanted {
+                ask.entry(id.as_str()).or_default().push(rev.as_str());
+            }
+            let missing = target.revs_diff(&ask).await?;
+            wanted.retain(|(id, rev)| missing.get(id).is_some_and(|m| m.contains(rev)));
         }
     }
     let mut docs = Vec::with_capacity(wanted.len());
