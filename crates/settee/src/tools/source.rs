@@ -18,6 +18,10 @@ use settee_client::{ChangesQuery, Db, Error};
 
 /// Most (id, rev) pairs in one `_bulk_get` (CouchDB's `max_bulk_get_count`).
 const BULK_GET_MAX: usize = 10_000;
+/// Concurrent `_bulk_get` requests per page, each of at least
+/// `BULK_GET_PART_MIN` revisions.
+const BULK_GET_PARALLEL: usize = 2;
+const BULK_GET_PART_MIN: usize = 250;
 /// Concurrent per-document reads when the source lacks `_bulk_get`.
 const OPEN_REVS_IN_FLIGHT: usize = 8;
 
@@ -56,6 +60,17 @@ impl ReadOptions {
             revs_diff_target: None,
         }
     }
+}
+
+/// One `_bulk_get` split into up to `BULK_GET_PARALLEL` concurrent
+/// requests (results in order): the server answers them on several cores.
+async fn bulk_get_split(db: &Db, items: &[(String, String)]) -> Result<Vec<BulkGetResult>, Error> {
+    let parts = (items.len() / BULK_GET_PART_MIN).clamp(1, BULK_GET_PARALLEL);
+    let size = items.len().div_ceil(parts).max(1);
+    let answers =
+        futures_util::future::try_join_all(items.chunks(size).map(|c| db.bulk_get(c, true, true)))
+            .await?;
+    Ok(answers.into_iter().flat_map(|a| a.results).collect())
 }
 
 /// Reads leaves with one `GET …?open_revs=` per document, a few at a time,
@@ -127,8 +142,8 @@ pub async fn read_leaves(
     while !rest.is_empty() {
         let n = chunk_max.min(rest.len());
         let results = if opts.bulk_get.load(Ordering::Relaxed) {
-            match db.bulk_get(&rest[..n], true, true).await {
-                Ok(r) => r.results,
+            match bulk_get_split(db, &rest[..n]).await {
+                Ok(r) => r,
                 Err(e) if e.is_too_large() && n > 1 => {
                     chunk_max = n / 2;
                     continue;
