@@ -22,7 +22,7 @@ use super::sink::{Sink, BATCH_DOCS_MAX};
 use super::ToolError;
 
 pub const EXAMPLES: &str = "Examples:
-  settee ls-docs postal -u 2000 | grep -v _design | settee post-docs testp -u 200
+  settee ls-docs postal -u 2000 | grep -v _design | settee post-docs testp -u 200 --new-edits=false
   settee post-docs http://admin:pw@127.0.0.1:5984/testp < docs.jsonl
   settee ls-docs src --revs --include-design | settee post-docs dst --new-edits=false
 
