@@ -193,6 +193,7 @@ pub async fn run(opts: Options, out: &mut (dyn Write + Send)) -> Result<Report, 
         .iter()
         .filter(|(_, s)| is_settee(&s.welcome))
         .flat_map(|(_, s)| targets::check(&s.name, &results))
+        .filter(|v| v.measured.is_some())
         .collect();
     writeln!(
         out,

@@ -94,9 +94,14 @@ pub fn select(names: &[String]) -> Result<Vec<ScenarioDef>, BenchError> {
             return Err(BenchError::UnknownScenario(n.clone()));
         }
     }
+    // A scenario's own name wins over a group of the same name (`copy`).
+    let picks = |d: &ScenarioDef, n: &String| {
+        n == d.name || (n == d.group && !table.iter().any(|t| t.name == n))
+    };
     Ok(table
-        .into_iter()
-        .filter(|d| names.iter().any(|n| n == d.name || n == d.group))
+        .iter()
+        .filter(|d| names.iter().any(|n| picks(d, n)))
+        .copied()
         .collect())
 }
 
@@ -336,6 +341,8 @@ mod tests {
         assert_eq!(ycsb.len(), 6);
         let one = select(&["benchbulk".to_string()]).unwrap();
         assert_eq!(one.len(), 1);
+        let copy = select(&["copy".to_string()]).unwrap();
+        assert_eq!(copy.iter().map(|d| d.name).collect::<Vec<_>>(), ["copy"]);
         assert!(select(&["nope".to_string()]).is_err());
     }
 }

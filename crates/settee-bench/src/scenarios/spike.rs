@@ -114,7 +114,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
     }
     // Client CPU at the phase boundaries.
     let mut cpu = Vec::new();
-    for at in [start, start + p, start + 3 * p, start + 4 * p] {
+    for at in [start, start + p, start + 3 * p] {
         tokio::time::sleep_until(at.into()).await;
         cpu.push(process_cpu());
     }
@@ -125,6 +125,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
                 .map_err(|e| BenchError::Check(format!("spike task: {e}")))?,
         );
     }
+    cpu.push(process_cpu());
     cleanup(&ctx.target, &db).await;
     samples.sort_by_key(|s| s.at_us);
     let messages = errors.take();
