@@ -20,6 +20,7 @@ pub struct Db {
     url: url::Url,
     credentials: Option<Credentials>,
     name: String,
+    retry: RetryPolicy,
 }
 
 /// The URL without user name and password.
@@ -118,12 +119,27 @@ impl Db {
     /// `spec` is a database URL or a bare name joined to `server`.
     pub fn new(client: Client, spec: &str, server: &str) -> Result<Db, Error> {
         let (url, credentials, name) = parse_db_url(spec, server)?;
+        let retry = client.options().retry;
         Ok(Db {
             client,
             url,
             credentials,
             name,
+            retry,
         })
+    }
+
+    /// The same database with another retry policy for its calls (e.g. a
+    /// reader that answers stalls by shrinking its pages, not by resending).
+    pub fn with_retry(&self, retry: RetryPolicy) -> Db {
+        Db {
+            retry,
+            ..self.clone()
+        }
+    }
+
+    pub fn retry(&self) -> RetryPolicy {
+        self.retry
     }
 
     /// The database name (decoded).
@@ -169,7 +185,7 @@ impl Db {
             url: self.url_for(path, query),
             body,
             credentials: self.credentials.clone(),
-            retry: self.client.options().retry,
+            retry: self.retry,
             timeout: None,
         }
     }

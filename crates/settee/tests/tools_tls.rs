@@ -16,8 +16,9 @@ use serde_json::json;
 use tools_support::*;
 
 /// mode: "tls" (HTTPS, optional client auth), "plain" (an HTTP forward
-/// proxy) or "nobulkget" (plain, answering `_bulk_get` with 404 like
-/// CouchDB 1.x); every request whose body exceeds stallBytes is swallowed: read,
+/// proxy), "nobulkget" (plain, answering `_bulk_get` with 404 like
+/// CouchDB 1.x) or "stallreads" (plain, never answering a read with
+/// `limit` over 300); every request whose body exceeds stallBytes is swallowed: read,
 /// never answered (a stalled tunnel).
 const PROXY_JS: &str = r#"
 const http = require('http'), https = require('https'), fs = require('fs');
@@ -31,6 +32,8 @@ function handler(req, res) {
     res.end('{"error":"not_found","reason":"missing"}');
     return;
   }
+  const limit = /[?&]limit=(\d+)/.exec(path);
+  if (mode === 'stallreads' && limit && parseInt(limit[1], 10) > 300) { req.resume(); return; }
   const len = parseInt(req.headers['content-length'] || '0', 10);
   if (len > parseInt(stallBytes, 10)) { req.resume(); return; }
   const p = http.request({host: '127.0.0.1', port: +target, method: req.method, path,
@@ -343,4 +346,42 @@ fn copy_falls_back_to_open_revs_without_bulk_get() {
         300 + 2 + 1 + 2 + 2 + 1,
         "plain, design, gone, conf×2, dconf×2, deep"
     );
+}
+
+#[test]
+fn stalled_reads_shrink_the_pages() {
+    let server = common::shared();
+    let h = Http::settee(server);
+    build_fixture(&h, "slow_src", 700);
+    let dir = tempfile::tempdir().unwrap();
+    let p = proxy(
+        dir.path(),
+        "stallreads",
+        server.port,
+        usize::MAX >> 12,
+        false,
+    );
+    let slow = format!("http://admin:s3cret-pw@127.0.0.1:{}/slow_src", p.port);
+    // ls-docs starts with pages of 1,000: stalls, then 500, then 250 pass.
+    let out = run(&["ls-docs", &slow, "--timeout", "1"], b"");
+    let err = ok(&out);
+    assert!(err.contains("read stalled"), "{err}");
+    assert!(err.contains("pages of 250"), "{err}");
+    let lines = out.stdout.iter().filter(|&&b| b == b'\n').count();
+    assert_eq!(lines, 703);
+    // copy the same way.
+    let out = run(
+        &[
+            "copy",
+            &slow,
+            &db_url(server, "slow_dst"),
+            "--create-target",
+            "--timeout",
+            "1",
+        ],
+        b"",
+    );
+    let err = ok(&out);
+    assert!(err.contains("read stalled"), "{err}");
+    assert_same(&snapshot(&h, "slow_src"), &snapshot(&h, "slow_dst"), false);
 }

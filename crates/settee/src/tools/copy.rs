@@ -26,7 +26,7 @@ use super::conn::{explain, ConnArgs};
 use super::ls_docs::page_sizer;
 use super::progress::Progress;
 use super::sink::Sink;
-use super::source::{read_leaves, LeafPage, ReadOptions};
+use super::source::{read_leaves, reader_db, stalled, LeafPage, ReadOptions};
 use super::ToolError;
 
 pub const EXAMPLES: &str = "Examples:
@@ -283,13 +283,27 @@ async fn read_loop(
     let mut caught_up = false;
     let mut opts = ReadOptions::new(filter_design);
     opts.revs_diff_target = revs_diff_target;
+    let src = reader_db(&src);
+    let mut stalls = 0u32;
     loop {
         let size = sizer.size();
         opts.longpoll_ms = (continuous && caught_up).then_some(LONGPOLL_MS);
         let t = Instant::now();
         let page = tokio::select! {
-            r = read_leaves(&src, &since, size, &opts) => r.map_err(|e| explain(&src, "source", e))?,
+            r = read_leaves(&src, &since, size, &opts) => r,
             _ = stop.changed() => return Ok(size),
+        };
+        let page = match page {
+            Ok(p) => {
+                stalls = 0;
+                p
+            }
+            Err(e) => {
+                let pause =
+                    stalled(e, &mut sizer, &mut stalls).map_err(|e| explain(&src, "source", e))?;
+                tokio::time::sleep(pause).await;
+                continue;
+            }
         };
         if opts.longpoll_ms.is_none() {
             sizer.observe(page.rows, page.bytes, t.elapsed());

@@ -22,7 +22,7 @@ use settee_client::{ChangesQuery, Db};
 use super::conn::{explain, ConnArgs};
 use super::jsonl::{is_design, write_doc};
 use super::progress::Progress;
-use super::source::{read_leaves, ReadOptions};
+use super::source::{read_leaves, reader_db, stalled, ReadOptions};
 use super::ToolError;
 
 pub const EXAMPLES: &str = "Examples:
@@ -84,7 +84,7 @@ pub fn parse_seq(s: &str) -> Value {
 
 pub async fn run(args: Args) -> Result<(), ToolError> {
     let client = args.conn.client()?;
-    let db = args.conn.db(&client, &args.db)?;
+    let db = reader_db(&args.conn.db(&client, &args.db)?);
     let info = db.info().await.map_err(|e| explain(&db, "source", e))?;
     let progress = Progress::new(Some(info.doc_count), 0);
     let stdout = std::io::stdout();
@@ -131,15 +131,23 @@ async fn all_docs_mode<W: Write>(
     let mut n = 0u64;
     let mut last: Option<String> = None;
     let mut pages = 0u64;
+    let mut stalls = 0u32;
     while pages < pages_max {
         let size = sizer.size();
         // After the first page, `startkey` repeats the last id: ask one more.
         let limit = size + usize::from(last.is_some());
         let t = Instant::now();
-        let page = db
-            .all_docs(last.as_deref(), limit)
-            .await
-            .map_err(|e| explain(db, "source", e))?;
+        let page = match db.all_docs(last.as_deref(), limit).await {
+            Ok(p) => {
+                stalls = 0;
+                p
+            }
+            Err(e) => {
+                let pause = stalled(e, sizer, &mut stalls).map_err(|e| explain(db, "source", e))?;
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
         let got = page.rows.len();
         let mut bytes = 0;
         let mut rows = 0;
@@ -178,14 +186,21 @@ async fn changes_mode<W: Write>(
 ) -> Result<u64, ToolError> {
     let mut n = 0u64;
     let mut pages = 0u64;
+    let mut stalls = 0u32;
     let opts = ReadOptions::new(!args.include_design);
     while pages < pages_max {
         let size = sizer.size();
         let t = Instant::now();
         let (rows, bytes, next) = if args.revs {
-            let page = read_leaves(db, &since, size, &opts)
-                .await
-                .map_err(|e| explain(db, "source", e))?;
+            let page = match read_leaves(db, &since, size, &opts).await {
+                Ok(p) => p,
+                Err(e) => {
+                    let pause =
+                        stalled(e, sizer, &mut stalls).map_err(|e| explain(db, "source", e))?;
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            };
             for doc in &page.docs {
                 write_doc(out, doc).map_err(stdout_err(n))?;
                 n += 1;
@@ -193,7 +208,7 @@ async fn changes_mode<W: Write>(
             progress.inc(page.changes as u64);
             (page.rows, page.bytes, page.last_seq)
         } else {
-            let page = db
+            let page = match db
                 .changes(&ChangesQuery {
                     since: since.clone(),
                     limit: Some(size),
@@ -202,7 +217,15 @@ async fn changes_mode<W: Write>(
                     longpoll_ms: None,
                 })
                 .await
-                .map_err(|e| explain(db, "source", e))?;
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    let pause =
+                        stalled(e, sizer, &mut stalls).map_err(|e| explain(db, "source", e))?;
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            };
             let mut bytes = 0;
             for c in &page.results {
                 if !args.include_design && is_design(&c.id) {
@@ -218,6 +241,7 @@ async fn changes_mode<W: Write>(
             (page.results.len(), bytes, page.last_seq)
         };
         sizer.observe(rows, bytes, t.elapsed());
+        stalls = 0;
         pages += 1;
         since = next;
         if rows < size {

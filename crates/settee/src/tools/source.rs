@@ -14,7 +14,10 @@ use futures_util::StreamExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use settee_client::types::{BulkGetDoc, BulkGetResult};
-use settee_client::{ChangesQuery, Db, Error};
+use std::time::Duration;
+
+use settee_client::adapt::Sizer;
+use settee_client::{ChangesQuery, Db, Error, RetryPolicy};
 
 /// Most (id, rev) pairs in one `_bulk_get` (CouchDB's `max_bulk_get_count`).
 const BULK_GET_MAX: usize = 10_000;
@@ -24,6 +27,35 @@ const BULK_GET_PARALLEL: usize = 2;
 const BULK_GET_PART_MIN: usize = 250;
 /// Concurrent per-document reads when the source lacks `_bulk_get`.
 const OPEN_REVS_IN_FLIGHT: usize = 8;
+
+/// Consecutive stalls at the smallest page size before a reader gives up.
+pub const STALLS_MAX: u32 = 6;
+
+/// The source as readers use it: timeouts are not resent as they are
+/// (the caller shrinks the page instead, see [`stalled`]).
+pub fn reader_db(db: &Db) -> Db {
+    db.with_retry(RetryPolicy {
+        retry_timeouts: false,
+        ..db.retry()
+    })
+}
+
+/// After a failed read: a stall (timeout) halves the page size and returns
+/// the pause before asking again; any other error is handed back.
+pub fn stalled(e: Error, sizer: &mut Sizer, stalls: &mut u32) -> Result<Duration, Error> {
+    if !e.is_timeout() {
+        return Err(e);
+    }
+    *stalls += 1;
+    if !sizer.shrink() && *stalls >= STALLS_MAX {
+        return Err(e);
+    }
+    eprintln!(
+        "settee: read stalled ({e}); retrying with pages of {}",
+        sizer.size()
+    );
+    Ok(RetryPolicy::default().delay(*stalls))
+}
 
 /// One page read from the source.
 pub struct LeafPage {
