@@ -86,6 +86,25 @@ impl Target {
             auth,
         })
     }
+
+    /// The URL with its credentials (percent-encoded), for a subprocess
+    /// that must log in itself, e.g. `settee copy`. Never print it:
+    /// [`redact`] it first.
+    pub fn url_with_credentials(&self) -> String {
+        let cred = self
+            .auth
+            .as_ref()
+            .and_then(|a| a.to_str().ok())
+            .and_then(|a| a.strip_prefix("Basic "))
+            .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
+            .and_then(|b| String::from_utf8(b).ok());
+        let (Some(cred), Some(rest)) = (cred, self.url.strip_prefix("http://")) else {
+            return self.url.clone();
+        };
+        let (user, pass) = cred.split_once(':').unwrap_or((&cred, ""));
+        let enc = |s| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC);
+        format!("http://{}:{}@{rest}", enc(user), enc(pass))
+    }
 }
 
 /// `url` with any password replaced by `***`.
@@ -245,9 +264,14 @@ mod tests {
         assert_eq!(t.prefix, "/couch");
         assert_eq!(t.addr.port(), 5984);
         let want = base64::engine::general_purpose::STANDARD.encode("admin:p@ss");
+        assert_eq!(
+            t.url_with_credentials(),
+            "http://admin:p%40ss@127.0.0.1:5984/couch"
+        );
         assert_eq!(t.auth.unwrap(), format!("Basic {want}").as_str());
         let t = Target::parse("http://127.0.0.1:1").unwrap();
         assert!(t.auth.is_none());
+        assert_eq!(t.url_with_credentials(), "http://127.0.0.1:1");
         assert_eq!(t.prefix, "");
         assert!(Target::parse("https://x:1").is_err());
         assert!(Target::parse("http://").is_err());

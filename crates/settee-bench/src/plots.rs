@@ -203,6 +203,32 @@ pub fn write_all(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, BenchError
     )? {
         written.push(p);
     }
+    // The operator tools: the pipeline's throughput vs page size, with
+    // `settee copy` (no page-size knob) as a horizontal reference line.
+    let mut tools = Series::new();
+    for (server, pts) in by_size(r, &servers, "copy_tools_pipeline_") {
+        let span = (pts[0].0, pts[pts.len() - 1].0);
+        tools.push((format!("{server}: ls-docs -u N | post-docs"), pts));
+        if let Some(c) = r.iter().find(|o| {
+            o.server == server && o.name == "copy_tools_copy" && o.summary.throughput > 0.0
+        }) {
+            let y = c.summary.throughput;
+            tools.push((
+                format!("{server}: settee copy (automatic sizes)"),
+                vec![(span.0, y), (span.1, y)],
+            ));
+        }
+    }
+    let p = dir.join("copy_tools_vs_page_size.svg");
+    if log_log(
+        &p,
+        "copy 100k docs: ls-docs -u N | post-docs vs settee copy",
+        "ls-docs page size (-u N)",
+        "docs/s",
+        &tools,
+    )? {
+        written.push(p);
+    }
     // Latency percentiles per server, over the rows in run order.
     let mut all_servers = servers.clone();
     for o in r {

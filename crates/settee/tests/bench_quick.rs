@@ -80,6 +80,10 @@ fn quick_run_of_every_scenario() {
         "all_docs_page_200",
         "all_docs_page_2000",
         "copy",
+        "copy_tools_copy",
+        "copy_tools_pipeline_50",
+        "copy_tools_pipeline_200",
+        "copy_tools_pipeline_2000",
         "ids_sequential",
         "ids_random",
         "lightning",
@@ -99,6 +103,25 @@ fn quick_run_of_every_scenario() {
         "{fault}"
     );
     assert_eq!(fault["extra"]["recovery_ms"].as_array().unwrap().len(), 2);
+    // The operator tools: every variant copied everything, and the copy row
+    // carries the curve and its ratio to the best fixed page size.
+    let tools = results
+        .iter()
+        .find(|r| r["name"] == "copy_tools_copy")
+        .unwrap();
+    assert_eq!(
+        tools["extra"]["curve"].as_array().unwrap().len(),
+        3,
+        "{tools}"
+    );
+    assert!(
+        tools["extra"]["ratio_copy_to_best"].as_f64().unwrap() > 0.0,
+        "{tools}"
+    );
+    assert!(tools["extra"]["within_10pct"].is_boolean(), "{tools}");
+    for r in results.iter().filter(|r| r["scenario"] == "copy_tools") {
+        assert_eq!(r["summary"]["items"], 5000, "{r}");
+    }
     // Sizes are reported for the ids scenario; the spike has a timeline.
     let ids = results.iter().find(|r| r["name"] == "ids_random").unwrap();
     assert!(ids["extra"]["file_bytes"].as_u64().is_some(), "{ids}");
@@ -119,6 +142,7 @@ fn quick_run_of_every_scenario() {
     for plot in [
         "throughput_vs_batch_size.svg",
         "throughput_vs_page_size.svg",
+        "copy_tools_vs_page_size.svg",
         "latency_settee.svg",
         "spike_p99_latency.svg",
         "spike_throughput.svg",

@@ -29,6 +29,7 @@ pub mod benchbulk;
 pub mod bulk_docs;
 pub mod concurrent_writers;
 pub mod copy;
+pub mod copy_tools;
 pub mod fault_tolerance;
 pub mod ids;
 pub mod lightning;
@@ -77,6 +78,7 @@ pub fn all() -> Vec<ScenarioDef> {
     v.push(spike::DEF);
     v.push(all_docs_paging::DEF);
     v.push(copy::DEF);
+    v.push(copy_tools::DEF);
     v.extend(ycsb::DEFS);
     v.push(lightning::DEF);
     v.push(fault_tolerance::DEF);

@@ -1,0 +1,463 @@
+//! The operator tools as an operator runs them: the same 100,000
+//! `{"foo":"bar"}` documents as the `copy` scenario (quick: 5,000) are
+//! preloaded into a fresh source database, then copied into a fresh target
+//! (created before and deleted after each run, both outside the clock) by
+//! real `settee` subprocesses (the current executable), credentials in the
+//! URLs:
+//!
+//! - `copy_tools_copy`: `settee copy SRC DST` (page and batch sizes chosen
+//!   automatically at run time);
+//! - `copy_tools_pipeline_N` for N = 50, 200, 2000:
+//!   `settee ls-docs SRC -u N | settee post-docs DST --new-edits=false`,
+//!   two processes joined by a kernel pipe exactly as a shell joins them.
+//!
+//! Each run is one sample: its latency is the wall time from starting the
+//! process(es) to the last exit, its items the documents copied. A run is
+//! bounded by a timeout (killed when it runs over); a run that exits
+//! non-zero, times out, or leaves the target with a `doc_count` other than
+//! the source's, or a probe document with another revision, is an error
+//! (no items, its time not counted), never a sample. The full run repeats
+//! the four variants 3 times, interleaved (quick: once); a row's throughput
+//! is its documents over its runs' total wall time, each run's own figure is
+//! in `docs_per_s_runs`. "client CPU" is the tools' CPU (user + system of
+//! the waited-for children, `RUSAGE_CHILDREN`), not the bench's.
+//!
+//! `copy` has no page-size knob, so the copy row also carries the curve
+//! (`curve`: docs/s per pipeline page size), the best fixed page size and
+//! `ratio_copy_to_best` = copy's docs/s over the best pipeline's, with
+//! `within_10pct` when that ratio is at least 0.9.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Method;
+use serde_json::json;
+
+use super::{
+    cleanup, create_db, db_info, preload, seq_id, Ctx, Outcome, ScenarioDef, Scope, FOO_BAR,
+};
+use crate::client::{redact, Conn};
+use crate::cpu::Measured;
+use crate::error::BenchError;
+use crate::load::BoxFuture;
+use crate::stats::{Sample, Summary};
+
+pub const DEF: ScenarioDef = ScenarioDef {
+    name: "copy_tools",
+    group: "copy",
+    about: "settee copy vs settee ls-docs -u 50/200/2000 | settee post-docs --new-edits=false (subprocesses)",
+    scope: Scope::PerServer,
+    run: run_boxed,
+};
+
+/// Page sizes of the pipeline variants.
+pub const UNITS: [u64; 3] = [50, 200, 2000];
+
+/// How close `copy` must come to the best fixed page size.
+const WITHIN: f64 = 0.9;
+
+/// Stderr kept in an error message.
+const STDERR_TAIL: usize = 600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Copy,
+    Pipeline(u64),
+}
+
+impl Variant {
+    fn row(self) -> String {
+        match self {
+            Variant::Copy => "copy_tools_copy".into(),
+            Variant::Pipeline(n) => format!("copy_tools_pipeline_{n}"),
+        }
+    }
+}
+
+fn run_boxed(ctx: Arc<Ctx>) -> BoxFuture<'static, Result<Vec<Outcome>, BenchError>> {
+    Box::pin(run(ctx))
+}
+
+/// The settee binary: the running executable when it is `settee` (it is
+/// under `settee bench`), else `--settee-bin` / target/release/settee.
+fn settee_exe(ctx: &Ctx) -> Result<PathBuf, BenchError> {
+    let me = std::env::current_exe()?;
+    if me.file_stem().is_some_and(|s| s == "settee") {
+        return Ok(me);
+    }
+    crate::spawn::settee_binary(ctx.settee_bin.clone())
+}
+
+/// CPU (user + system) of this process's terminated and waited-for children.
+#[allow(unsafe_code)]
+fn children_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a complete `rusage` into the pointer we pass;
+    // RUSAGE_CHILDREN is always valid, so on success the value is initialised.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    // SAFETY: rc == 0 means the kernel filled the struct (and it was zeroed).
+    let u = unsafe { usage.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// One started process: what it is, the child, its stderr file.
+struct Proc {
+    what: String,
+    child: Child,
+    stderr: File,
+}
+
+impl Proc {
+    fn start(what: &str, cmd: &mut Command) -> Result<Proc, BenchError> {
+        let stderr = tempfile::tempfile()?;
+        let child = cmd
+            .stderr(Stdio::from(stderr.try_clone()?))
+            .env_remove("SETTEE_URL")
+            .spawn()
+            .map_err(|e| BenchError::Spawn(format!("{what}: {e}")))?;
+        Ok(Proc {
+            what: what.to_string(),
+            child,
+            stderr,
+        })
+    }
+
+    /// The end of what it wrote to stderr.
+    fn stderr_tail(&self) -> String {
+        let mut s = String::new();
+        let _ = (&self.stderr).seek(SeekFrom::Start(0));
+        let _ = (&self.stderr).read_to_string(&mut s);
+        let s = s.trim();
+        let cut = s
+            .char_indices()
+            .rev()
+            .nth(STDERR_TAIL)
+            .map_or(0, |(i, _)| i);
+        s[cut..].to_string()
+    }
+}
+
+/// Runs `variant` from `src` to `dst` (URLs with credentials) as
+/// subprocesses of `exe`, bounded by `limit`; the wall time and the
+/// children's CPU. Blocking.
+fn run_tools(
+    exe: &PathBuf,
+    variant: Variant,
+    src: &str,
+    dst: &str,
+    limit: Duration,
+) -> Result<Measured, BenchError> {
+    let cpu0 = children_cpu();
+    let started = Instant::now();
+    let mut procs = Vec::new();
+    let spawned = (|| {
+        match variant {
+            Variant::Copy => procs.push(Proc::start(
+                "settee copy",
+                Command::new(exe)
+                    .args(["copy", src, dst])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null()),
+            )?),
+            Variant::Pipeline(n) => {
+                let mut ls = Proc::start(
+                    &format!("settee ls-docs -u {n}"),
+                    Command::new(exe)
+                        .args(["ls-docs", src, "-u", &n.to_string()])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::piped()),
+                )?;
+                // The pipe's read end goes to post-docs only: the temporary
+                // Command (and with it our copy of the fd) is dropped at the
+                // end of the statement, so ls-docs sees EPIPE if post-docs dies.
+                let out = ls
+                    .child
+                    .stdout
+                    .take()
+                    .ok_or_else(|| BenchError::Spawn("ls-docs: no stdout".into()))?;
+                procs.push(ls);
+                procs.push(Proc::start(
+                    "settee post-docs --new-edits=false",
+                    Command::new(exe)
+                        .args(["post-docs", dst, "--new-edits=false"])
+                        .stdin(Stdio::from(out))
+                        .stdout(Stdio::null()),
+                )?);
+            }
+        }
+        Ok::<(), BenchError>(())
+    })();
+    let deadline = started + limit;
+    let mut status = vec![None; procs.len()];
+    let mut failure = spawned.err().map(|e| e.to_string());
+    // Bounded: every pass sleeps 1 ms and the deadline ends it.
+    while failure.is_none() && status.iter().any(Option::is_none) {
+        for (p, st) in procs.iter_mut().zip(status.iter_mut()) {
+            if st.is_none() {
+                *st = p.child.try_wait()?;
+            }
+        }
+        if status.iter().any(Option::is_none) {
+            if Instant::now() >= deadline {
+                failure = Some(format!("timed out after {limit:?}"));
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    let wall = started.elapsed();
+    let mut reasons = Vec::new();
+    for (p, st) in procs.iter_mut().zip(&status) {
+        match st {
+            Some(s) if s.success() => {}
+            Some(s) => reasons.push(format!("{} exited with {s}: {}", p.what, p.stderr_tail())),
+            None => {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                reasons.push(format!("{} killed: {}", p.what, p.stderr_tail()));
+            }
+        }
+    }
+    if let Some(f) = failure {
+        reasons.insert(0, f);
+    }
+    if !reasons.is_empty() {
+        return Err(BenchError::Check(reasons.join("; ")));
+    }
+    Ok(Measured {
+        wall,
+        cpu: children_cpu().saturating_sub(cpu0),
+    })
+}
+
+/// `_rev` of `id` in `db`.
+async fn rev(conn: &mut Conn, db: &str, id: &str) -> Result<serde_json::Value, BenchError> {
+    let r = conn
+        .expect(Method::GET, &format!("/{db}/{id}"), Bytes::new(), &[200])
+        .await?;
+    Ok(r.json::<serde_json::Value>()?["_rev"].clone())
+}
+
+/// What one variant measured over its runs.
+#[derive(Default)]
+struct Tally {
+    samples: Vec<Sample>,
+    measured: Measured,
+    errors: Vec<String>,
+    rates: Vec<f64>,
+}
+
+impl Tally {
+    fn outcome(self, ctx: &Ctx, variant: Variant, docs: u64) -> Outcome {
+        let mut o = Outcome {
+            name: variant.row(),
+            scenario: DEF.name.to_string(),
+            server: ctx.server.clone(),
+            unit: "docs",
+            errors_expected: false,
+            summary: Summary::of(&self.samples, self.measured),
+            error_messages: self.errors,
+            extra: serde_json::Map::new(),
+        }
+        .with("docs", docs)
+        .with(
+            "docs_per_s_runs",
+            self.rates
+                .iter()
+                .map(|r| (r * 10.0).round() / 10.0)
+                .collect::<Vec<_>>(),
+        );
+        if let Variant::Pipeline(n) = variant {
+            o = o.with("page_docs", n);
+        }
+        o
+    }
+}
+
+/// Adds the curve and copy's ratio to the best fixed page size to the copy row.
+fn compare(rows: &mut [Outcome]) {
+    let curve: Vec<(u64, f64)> = rows
+        .iter()
+        .filter_map(|o| {
+            let n = o.name.strip_prefix("copy_tools_pipeline_")?.parse().ok()?;
+            (o.summary.errors == 0 && o.summary.throughput > 0.0)
+                .then_some((n, o.summary.throughput))
+        })
+        .collect();
+    let best = curve.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1));
+    let Some(copy) = rows.iter_mut().find(|o| o.name == "copy_tools_copy") else {
+        return;
+    };
+    let round = |v: f64| (v * 10.0).round() / 10.0;
+    let c = copy.summary.throughput;
+    copy.extra.insert(
+        "curve".into(),
+        curve
+            .iter()
+            .map(|&(n, t)| json!({"page_docs": n, "docs_per_s": round(t)}))
+            .collect(),
+    );
+    if let (Some((n, b)), true) = (best, copy.summary.errors == 0 && c > 0.0) {
+        let ratio = c / b;
+        copy.extra.insert("best_page_docs".into(), n.into());
+        copy.extra
+            .insert("best_pipeline_docs_per_s".into(), round(b).into());
+        copy.extra.insert(
+            "ratio_copy_to_best".into(),
+            ((ratio * 1000.0).round() / 1000.0).into(),
+        );
+        copy.extra
+            .insert("within_10pct".into(), (ratio >= WITHIN).into());
+    }
+}
+
+async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
+    let docs = ctx.scale(100_000, 5_000);
+    let reps = ctx.scale(3, 1);
+    // Generous for slow servers (pouchdb-server) and page size 50, yet bounded.
+    let limit = Duration::from_secs(60 + docs / 500);
+    let exe = Arc::new(settee_exe(&ctx)?);
+    let base = ctx.target.url_with_credentials();
+    let src = ctx.db_name("copy-tools-src");
+    let mut conn = ctx.conn().await?;
+    create_db(&mut conn, &src).await?;
+    let result = async {
+        preload(&mut conn, &src, docs, seq_id, FOO_BAR).await?;
+        let src_count = db_info(&mut conn, &src).await?["doc_count"]
+            .as_u64()
+            .unwrap_or(0);
+        if src_count != docs {
+            return Err(BenchError::Check(format!(
+                "copy_tools: source holds {src_count} of {docs} documents"
+            )));
+        }
+        let probe = seq_id(docs / 2);
+        let src_rev = rev(&mut conn, &src, &probe).await?;
+        let variants: Vec<Variant> = std::iter::once(Variant::Copy)
+            .chain(UNITS.iter().map(|&n| Variant::Pipeline(n)))
+            .collect();
+        let mut tallies: Vec<Tally> = variants.iter().map(|_| Tally::default()).collect();
+        for _ in 0..reps {
+            for (v, tally) in variants.iter().zip(tallies.iter_mut()) {
+                let dst = ctx.db_name("copy-tools-dst");
+                create_db(&mut conn, &dst).await?;
+                let (s, d) = (format!("{base}/{src}"), format!("{base}/{dst}"));
+                let (exe, v2) = (exe.clone(), *v);
+                let ran = tokio::task::spawn_blocking(move || run_tools(&exe, v2, &s, &d, limit))
+                    .await
+                    .map_err(|e| BenchError::Check(format!("copy_tools task: {e}")))?;
+                let checked = match ran {
+                    Ok(m) => {
+                        let copied = db_info(&mut conn, &dst).await?["doc_count"]
+                            .as_u64()
+                            .unwrap_or(0);
+                        if copied != src_count {
+                            Err(format!("target holds {copied} of {src_count} documents"))
+                        } else if rev(&mut conn, &dst, &probe).await? != src_rev {
+                            Err(format!("{probe} has another revision in the target"))
+                        } else {
+                            Ok(m)
+                        }
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                cleanup(&ctx.target, &dst).await;
+                let at_us = u64::try_from(tally.measured.wall.as_micros()).unwrap_or(u64::MAX);
+                match checked {
+                    Ok(m) => {
+                        tally.samples.push(Sample {
+                            at_us,
+                            latency_us: u32::try_from(m.wall.as_micros()).unwrap_or(u32::MAX),
+                            items: u32::try_from(src_count).unwrap_or(u32::MAX),
+                            ok: true,
+                        });
+                        tally.measured.wall += m.wall;
+                        tally.measured.cpu += m.cpu;
+                        tally
+                            .rates
+                            .push(src_count as f64 / m.wall.as_secs_f64().max(1e-9));
+                    }
+                    Err(e) => {
+                        tally.samples.push(Sample {
+                            at_us,
+                            latency_us: u32::try_from(limit.as_micros()).unwrap_or(u32::MAX),
+                            items: 0,
+                            ok: false,
+                        });
+                        let e = e.replace(&base, &redact(&base));
+                        tally.errors.push(format!("{}: {e}", v.row()));
+                    }
+                }
+                ctx.progress.tick(docs);
+            }
+        }
+        let mut rows: Vec<Outcome> = variants
+            .iter()
+            .zip(tallies)
+            .map(|(&v, t)| t.outcome(&ctx, v, docs))
+            .collect();
+        compare(&mut rows);
+        Ok(rows)
+    }
+    .await;
+    cleanup(&ctx.target, &src).await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, throughput: f64) -> Outcome {
+        Outcome {
+            name: name.into(),
+            scenario: "copy_tools".into(),
+            server: "settee".into(),
+            unit: "docs",
+            errors_expected: false,
+            summary: Summary {
+                samples: 1,
+                throughput,
+                ..Summary::default()
+            },
+            error_messages: vec![],
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn ratio_to_the_best_fixed_page_size() {
+        let mut rows = vec![
+            row("copy_tools_copy", 45_000.0),
+            row("copy_tools_pipeline_50", 20_000.0),
+            row("copy_tools_pipeline_200", 40_000.0),
+            row("copy_tools_pipeline_2000", 48_000.0),
+        ];
+        compare(&mut rows);
+        let x = &rows[0].extra;
+        assert_eq!(x["best_page_docs"], 2000);
+        assert_eq!(x["ratio_copy_to_best"], 0.938);
+        assert_eq!(x["within_10pct"], true);
+        assert_eq!(x["curve"].as_array().unwrap().len(), 3);
+        rows[0].summary.throughput = 40_000.0;
+        compare(&mut rows);
+        assert_eq!(rows[0].extra["within_10pct"], false);
+    }
+
+    #[test]
+    fn row_names() {
+        assert_eq!(Variant::Copy.row(), "copy_tools_copy");
+        assert_eq!(Variant::Pipeline(200).row(), "copy_tools_pipeline_200");
+    }
+}
