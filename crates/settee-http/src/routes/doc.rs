@@ -140,6 +140,26 @@ pub async fn write(
     if doc.body.len() as u64 > req.settings.max_document_size {
         return Err(ApiError::doc_too_large(id));
     }
+    let Some(rev) = write_one(app, req, db, doc, new_edits).await? else {
+        return Ok(accepted(id));
+    };
+    let mut resp = ok_rev(StatusCode::CREATED, id, &rev.to_string());
+    if let Some(loc) = super::db::location(req, db.name(), Some(id)) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+/// Writes one document with the request's durability; None in batch mode
+/// (accepted, not yet applied).
+async fn write_one(
+    app: &App,
+    req: &Req,
+    db: &Database,
+    doc: Doc,
+    new_edits: bool,
+) -> ApiResult<Option<Rev>> {
+    let id = doc.id.clone();
     let durability = req.durability();
     let mut results = db
         .update_async(vec![doc], options(durability, new_edits))
@@ -148,17 +168,11 @@ pub async fn write(
         .docs_written
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if durability == Durability::Batch {
-        return Ok(accepted(id));
+        return Ok(None);
     }
     match results.pop() {
-        Some(Ok(rev)) => {
-            let mut resp = ok_rev(StatusCode::CREATED, id, &rev.to_string());
-            if let Some(loc) = super::db::location(req, db.name(), Some(id)) {
-                resp.headers_mut().insert(header::LOCATION, loc);
-            }
-            Ok(resp)
-        }
-        Some(Err(f)) => Err(ApiError::from_doc_failure(&f, id)),
+        Some(Ok(rev)) => Ok(Some(rev)),
+        Some(Err(f)) => Err(ApiError::from_doc_failure(&f, &id)),
         None => Err(ApiError::from(settee_db::Error::Closed)),
     }
 }
@@ -377,20 +391,9 @@ async fn delete(
         revisions: None,
         body: Body::empty(),
     };
-    let durability = req.durability();
-    let mut results = db
-        .update_async(vec![doc], options(durability, true))
-        .await?;
-    app.stats
-        .docs_written
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if durability == Durability::Batch {
-        return Ok(accepted(id));
-    }
-    match results.pop() {
-        Some(Ok(rev)) => Ok(ok_rev(StatusCode::OK, id, &rev.to_string())),
-        Some(Err(f)) => Err(ApiError::from_doc_failure(&f, id)),
-        None => Err(ApiError::from(settee_db::Error::Closed)),
+    match write_one(app, req, db, doc, true).await? {
+        Some(rev) => Ok(ok_rev(StatusCode::OK, id, &rev.to_string())),
+        None => Ok(accepted(id)),
     }
 }
 
