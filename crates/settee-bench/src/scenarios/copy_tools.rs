@@ -149,15 +149,16 @@ impl Proc {
 }
 
 /// Runs `variant` from `src` to `dst` (URLs with credentials) as
-/// subprocesses of `exe`, bounded by `limit`; the wall time and the
-/// children's CPU. Blocking.
+/// subprocesses of `exe`, bounded by `limit`; the wall time, the
+/// children's CPU and the last stderr line of the first process (`copy`
+/// reports the page and batch sizes it settled on there). Blocking.
 fn run_tools(
     exe: &PathBuf,
     variant: Variant,
     src: &str,
     dst: &str,
     limit: Duration,
-) -> Result<Measured, BenchError> {
+) -> Result<(Measured, String), BenchError> {
     let cpu0 = children_cpu();
     let started = Instant::now();
     let mut procs = Vec::new();
@@ -235,10 +236,19 @@ fn run_tools(
     if !reasons.is_empty() {
         return Err(BenchError::Check(reasons.join("; ")));
     }
-    Ok(Measured {
-        wall,
-        cpu: children_cpu().saturating_sub(cpu0),
-    })
+    let said = procs[0]
+        .stderr_tail()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    Ok((
+        Measured {
+            wall,
+            cpu: children_cpu().saturating_sub(cpu0),
+        },
+        said,
+    ))
 }
 
 /// `_rev` of `id` in `db`.
@@ -256,6 +266,8 @@ struct Tally {
     measured: Measured,
     errors: Vec<String>,
     rates: Vec<f64>,
+    /// What `copy` said about each run (page and batch sizes).
+    said: Vec<String>,
 }
 
 impl Tally {
@@ -278,8 +290,9 @@ impl Tally {
                 .map(|r| (r * 10.0).round() / 10.0)
                 .collect::<Vec<_>>(),
         );
-        if let Variant::Pipeline(n) = variant {
-            o = o.with("page_docs", n);
+        match variant {
+            Variant::Pipeline(n) => o = o.with("page_docs", n),
+            Variant::Copy => o = o.with("copy_said", self.said),
         }
         o
     }
@@ -358,7 +371,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
                     .await
                     .map_err(|e| BenchError::Check(format!("copy_tools task: {e}")))?;
                 let checked = match ran {
-                    Ok(m) => {
+                    Ok((m, said)) => {
                         let copied = db_info(&mut conn, &dst).await?["doc_count"]
                             .as_u64()
                             .unwrap_or(0);
@@ -367,7 +380,7 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
                         } else if rev(&mut conn, &dst, &probe).await? != src_rev {
                             Err(format!("{probe} has another revision in the target"))
                         } else {
-                            Ok(m)
+                            Ok((m, said))
                         }
                     }
                     Err(e) => Err(e.to_string()),
@@ -375,7 +388,10 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
                 cleanup(&ctx.target, &dst).await;
                 let at_us = u64::try_from(tally.measured.wall.as_micros()).unwrap_or(u64::MAX);
                 match checked {
-                    Ok(m) => {
+                    Ok((m, said)) => {
+                        if *v == Variant::Copy {
+                            tally.said.push(said);
+                        }
                         tally.samples.push(Sample {
                             at_us,
                             latency_us: u32::try_from(m.wall.as_micros()).unwrap_or(u32::MAX),
