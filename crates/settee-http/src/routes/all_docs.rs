@@ -17,7 +17,7 @@
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Map, Value};
-use settee_db::{Database, IdRange, Reader};
+use settee_db::{Database, IdRange, LocalDoc, Reader};
 
 use super::allow;
 use crate::auth::require_db_reader;
@@ -270,17 +270,9 @@ fn run(
             let out = &mut sink.buf;
             let found = match (id, kind) {
                 (None, _) => None,
-                (Some(id), Kind::Local) => reader.get_local(id)?.map(|d| {
-                    push_row_head(out, &d.id);
-                    out.push_str(",\"value\":{\"rev\":");
-                    push_str(out, &d.rev);
-                    out.push('}');
-                    if o.include_docs {
-                        out.push_str(",\"doc\":");
-                        push_local_doc(out, &d.id, &d.rev, &d.body);
-                    }
-                    out.push('}');
-                }),
+                (Some(id), Kind::Local) => reader
+                    .get_local(id)?
+                    .map(|d| push_local_row(out, &d, o.include_docs)),
                 (Some(id), _) => reader
                     .all_docs_key(id, o.include_docs, o.conflicts)?
                     .map(|row| {
@@ -316,16 +308,7 @@ fn run(
         if kind == Kind::Local {
             reader.local_docs(&range, &mut |d| {
                 sep(&mut sink.buf, &mut first);
-                let out = &mut sink.buf;
-                push_row_head(out, &d.id);
-                out.push_str(",\"value\":{\"rev\":");
-                push_str(out, &d.rev);
-                out.push('}');
-                if o.include_docs {
-                    out.push_str(",\"doc\":");
-                    push_local_doc(out, &d.id, &d.rev, &d.body);
-                }
-                out.push('}');
+                push_local_row(&mut sink.buf, &d, o.include_docs);
                 alive = sink.flush_if_full();
                 alive
             })?;
@@ -466,4 +449,17 @@ mod tests {
         );
         assert!(parse_opts(json!({"keys": ["a"], "startkey": "a"}).as_object().unwrap()).is_err());
     }
+}
+
+/// One `_local_docs` row: `{"id","key","value":{"rev"}[,"doc"]}`.
+fn push_local_row(out: &mut String, d: &LocalDoc, include_docs: bool) {
+    push_row_head(out, &d.id);
+    out.push_str(",\"value\":{\"rev\":");
+    push_str(out, &d.rev);
+    out.push('}');
+    if include_docs {
+        out.push_str(",\"doc\":");
+        push_local_doc(out, &d.id, &d.rev, &d.body);
+    }
+    out.push('}');
 }
