@@ -413,6 +413,19 @@ pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiRes
     Ok(json_response(StatusCode::OK, out))
 }
 
+/// One `_local_docs` row: `{"id","key","value":{"rev"}[,"doc"]}`.
+fn push_local_row(out: &mut String, d: &LocalDoc, include_docs: bool) {
+    push_row_head(out, &d.id);
+    out.push_str(",\"value\":{\"rev\":");
+    push_str(out, &d.rev);
+    out.push('}');
+    if include_docs {
+        out.push_str(",\"doc\":");
+        push_local_doc(out, &d.id, &d.rev, &d.body);
+    }
+    out.push('}');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,17 +462,4 @@ mod tests {
         );
         assert!(parse_opts(json!({"keys": ["a"], "startkey": "a"}).as_object().unwrap()).is_err());
     }
-}
-
-/// One `_local_docs` row: `{"id","key","value":{"rev"}[,"doc"]}`.
-fn push_local_row(out: &mut String, d: &LocalDoc, include_docs: bool) {
-    push_row_head(out, &d.id);
-    out.push_str(",\"value\":{\"rev\":");
-    push_str(out, &d.rev);
-    out.push('}');
-    if include_docs {
-        out.push_str(",\"doc\":");
-        push_local_doc(out, &d.id, &d.rev, &d.body);
-    }
-    out.push('}');
 }
