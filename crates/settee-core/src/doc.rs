@@ -115,15 +115,7 @@ const IGNORED_SPECIALS: &[&str] = &[
 impl Doc {
     /// A new-edit document with a body and no revision.
     pub fn new(id: impl Into<String>, body: Value) -> Result<Doc, DocError> {
-        let id = id.into();
-        validate_doc_id(&id)?;
-        Ok(Doc {
-            id,
-            rev: None,
-            deleted: false,
-            revisions: None,
-            body: Body::from_value(body)?,
-        })
+        Doc::with_body(id, Body::from_value(body)?)
     }
 
     /// A new-edit document with an already-built body (cheap when many

@@ -387,25 +387,26 @@ impl Database {
         recv_async(rx).await
     }
 
-    pub fn set_revs_limit(&self, limit: u64) -> Result<()> {
+    fn revs_limit_request(limit: u64) -> Result<(Request, Pending<()>)> {
         if limit == 0 {
             return Err(Error::BadRequest(
                 "revs_limit must be a positive integer".into(),
             ));
         }
         let (tx, rx) = oneshot::channel();
-        self.send(Request::SetRevsLimit(limit, tx))?;
+        Ok((Request::SetRevsLimit(limit, tx), rx))
+    }
+
+    /// Sets how many revisions of each document's history are kept.
+    pub fn set_revs_limit(&self, limit: u64) -> Result<()> {
+        let (req, rx) = Self::revs_limit_request(limit)?;
+        self.send(req)?;
         recv(rx)
     }
 
     pub async fn set_revs_limit_async(&self, limit: u64) -> Result<()> {
-        if limit == 0 {
-            return Err(Error::BadRequest(
-                "revs_limit must be a positive integer".into(),
-            ));
-        }
-        let (tx, rx) = oneshot::channel();
-        self.send_async(Request::SetRevsLimit(limit, tx)).await?;
+        let (req, rx) = Self::revs_limit_request(limit)?;
+        self.send_async(req).await?;
         recv_async(rx).await
     }
 
