@@ -19,7 +19,8 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
+use settee_core::doc::Body;
 use settee_core::rev::Rev;
 use settee_db::Durability;
 
@@ -113,6 +114,44 @@ impl Query {
 pub fn parse_rev(s: &str) -> ApiResult<Rev> {
     s.parse::<Rev>()
         .map_err(|_| ApiError::bad_request("Invalid rev format"))
+}
+
+/// Parses `{"docid": ["rev", …], …}` (`_revs_diff`, `_missing_revs`, `_purge`).
+pub fn parse_id_revs(body: Map<String, Value>) -> ApiResult<Vec<(String, Vec<Rev>)>> {
+    body.into_iter()
+        .map(|(id, revs)| {
+            let revs = revs
+                .as_array()
+                .ok_or_else(|| ApiError::bad_request("Revisions must be a list of strings"))?
+                .iter()
+                .map(|r| {
+                    r.as_str()
+                        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+                        .and_then(parse_rev)
+                })
+                .collect::<ApiResult<Vec<Rev>>>()?;
+            Ok((id, revs))
+        })
+        .collect()
+}
+
+/// Splits a `_local` document as sent into its `_rev` and its body (None
+/// when `_deleted` is true); other special members are dropped.
+pub fn local_parts(mut map: Map<String, Value>) -> ApiResult<(Option<String>, Option<Body>)> {
+    let rev = match map.shift_remove("_rev") {
+        Some(Value::String(s)) => Some(s),
+        Some(Value::Null) | None => None,
+        Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
+    };
+    map.shift_remove("_id");
+    map.shift_remove("_revisions");
+    let deleted = matches!(map.shift_remove("_deleted"), Some(Value::Bool(true)));
+    let body = if deleted {
+        None
+    } else {
+        Some(Body::from_value(Value::Object(map))?)
+    };
+    Ok((rev, body))
 }
 
 /// The request as handlers see it.

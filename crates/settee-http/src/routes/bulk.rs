@@ -25,7 +25,7 @@ use super::doc::push_open_rev;
 use crate::auth::{require_db_reader, require_db_writer, require_design_writer};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
-use crate::request::{parse_rev, Req};
+use crate::request::{local_parts, parse_id_revs, parse_rev, Req};
 use crate::state::App;
 
 /// The outcome of one document of a `_bulk_docs` request.
@@ -99,20 +99,10 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             .map(str::to_string);
         if let Some(id) = local_id {
             validate_doc_id(&id)?;
-            let Value::Object(mut map) = value else {
+            let Value::Object(map) = value else {
                 return Err(ApiError::bad_request("Document must be a JSON object"));
             };
-            let rev = map
-                .shift_remove("_rev")
-                .and_then(|r| r.as_str().map(str::to_string));
-            map.shift_remove("_id");
-            map.shift_remove("_revisions");
-            let deleted = matches!(map.shift_remove("_deleted"), Some(Value::Bool(true)));
-            let body = if deleted {
-                None
-            } else {
-                Some(Body::from_value(Value::Object(map))?)
-            };
+            let (rev, body) = local_parts(map)?;
             locals.push((slots.len(), id.clone(), rev, body));
             slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
             continue;
@@ -287,21 +277,7 @@ pub async fn revs_diff(
     require_db_reader(&req.settings, &req.user)?;
     let db = app.db(name)?;
     let body: Map<String, Value> = req.json().await?;
-    let mut asks: Vec<(String, Vec<Rev>)> = Vec::with_capacity(body.len());
-    for (id, revs) in body {
-        let revs = revs
-            .as_array()
-            .ok_or_else(|| ApiError::bad_request("Revisions must be a list of strings"))?;
-        let revs = revs
-            .iter()
-            .map(|r| {
-                r.as_str()
-                    .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
-                    .and_then(parse_rev)
-            })
-            .collect::<ApiResult<Vec<Rev>>>()?;
-        asks.push((id, revs));
-    }
+    let asks = parse_id_revs(body)?;
     let out = tokio::task::spawn_blocking(move || -> ApiResult<String> {
         let reader = db.reader()?;
         let mut out = String::from(if missing_only {

@@ -10,14 +10,13 @@
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Map, Value};
-use settee_core::rev::Rev;
 use settee_db::DbInfo;
 
 use super::allow;
 use crate::auth::{require_admin, require_db_reader};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, json_value};
-use crate::request::{parse_rev, Req};
+use crate::request::{parse_id_revs, Req};
 use crate::state::App;
 
 /// Most documents one `_purge` request may name (CouchDB's default).
@@ -210,23 +209,8 @@ pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> 
             "Exceeded maximum number of documents ({PURGE_DOCS_MAX})."
         )));
     }
-    let mut reqs: Vec<(String, Vec<Rev>)> = Vec::with_capacity(body.len());
-    let mut total = 0;
-    for (id, revs) in body {
-        let revs = revs
-            .as_array()
-            .ok_or_else(|| ApiError::bad_request("Revisions must be a list of strings"))?;
-        total += revs.len();
-        let revs = revs
-            .iter()
-            .map(|r| {
-                r.as_str()
-                    .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
-                    .and_then(parse_rev)
-            })
-            .collect::<ApiResult<Vec<Rev>>>()?;
-        reqs.push((id, revs));
-    }
+    let reqs = parse_id_revs(body)?;
+    let total: usize = reqs.iter().map(|(_, revs)| revs.len()).sum();
     if total > PURGE_REVS_MAX {
         return Err(ApiError::bad_request(format!(
             "Exceeded maximum number of revisions ({PURGE_REVS_MAX})."

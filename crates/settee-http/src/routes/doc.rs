@@ -25,7 +25,7 @@ use super::allow_names;
 use crate::auth::{require_db_reader, require_db_writer, require_design_writer};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{self, json_response, push_rev, push_str, Extras};
-use crate::request::{parse_json_bytes, parse_rev, Req};
+use crate::request::{local_parts, parse_json_bytes, parse_rev, Req};
 use crate::state::App;
 
 const DOC_METHODS: &[&str] = &["GET", "HEAD", "PUT", "DELETE", "COPY"];
@@ -181,21 +181,9 @@ async fn write_local(
     req: &Req,
     db: &Database,
     id: &str,
-    mut map: Map<String, Value>,
+    map: Map<String, Value>,
 ) -> ApiResult<Response> {
-    let rev = match map.shift_remove("_rev") {
-        Some(Value::String(s)) => Some(s),
-        Some(Value::Null) | None => None,
-        Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
-    };
-    map.shift_remove("_id");
-    map.shift_remove("_revisions");
-    let deleted = matches!(map.shift_remove("_deleted"), Some(Value::Bool(true)));
-    let body = if deleted {
-        None
-    } else {
-        Some(Body::from_value(Value::Object(map))?)
-    };
+    let (rev, body) = local_parts(map)?;
     if body
         .as_ref()
         .is_some_and(|b| b.len() as u64 > req.settings.max_document_size)
