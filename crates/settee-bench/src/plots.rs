@@ -222,7 +222,7 @@ pub fn write_all(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, BenchError
     let p = dir.join("copy_tools_vs_page_size.svg");
     if log_log(
         &p,
-        "copy 100k docs: ls-docs -u N | post-docs vs settee copy",
+        "copying a database: ls-docs -u N | post-docs --new-edits=false vs settee copy",
         "ls-docs page size (-u N)",
         "docs/s",
         &tools,
