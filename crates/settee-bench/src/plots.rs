@@ -203,9 +203,12 @@ pub fn write_all(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, BenchError
     )? {
         written.push(p);
     }
-    // The operator tools: the pipeline's throughput vs page size, with
-    // `settee copy` (no page-size knob) as a horizontal reference line.
+    // The operator tools: the pipeline's and copy's throughput vs fixed page
+    // size, with automatic `settee copy` as a horizontal reference line.
     let mut tools = Series::new();
+    for (server, pts) in by_size(r, &servers, "copy_tools_copy_fixed_") {
+        tools.push((format!("{server}: settee copy -u N -b N"), pts));
+    }
     for (server, pts) in by_size(r, &servers, "copy_tools_pipeline_") {
         let span = (pts[0].0, pts[pts.len() - 1].0);
         tools.push((format!("{server}: ls-docs -u N | post-docs"), pts));
@@ -222,8 +225,8 @@ pub fn write_all(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, BenchError
     let p = dir.join("copy_tools_vs_page_size.svg");
     if log_log(
         &p,
-        "copying a database: ls-docs -u N | post-docs --new-edits=false vs settee copy",
-        "ls-docs page size (-u N)",
+        "copying a database: settee copy (automatic, fixed -u N) vs ls-docs -u N | post-docs",
+        "page size (-u N)",
         "docs/s",
         &tools,
     )? {

@@ -81,6 +81,9 @@ fn quick_run_of_every_scenario() {
         "all_docs_page_2000",
         "copy",
         "copy_tools_copy",
+        "copy_tools_copy_fixed_50",
+        "copy_tools_copy_fixed_200",
+        "copy_tools_copy_fixed_2000",
         "copy_tools_pipeline_50",
         "copy_tools_pipeline_200",
         "copy_tools_pipeline_2000",
@@ -111,6 +114,11 @@ fn quick_run_of_every_scenario() {
         .unwrap();
     assert_eq!(
         tools["extra"]["curve"].as_array().unwrap().len(),
+        3,
+        "{tools}"
+    );
+    assert_eq!(
+        tools["extra"]["copy_curve"].as_array().unwrap().len(),
         3,
         "{tools}"
     );
