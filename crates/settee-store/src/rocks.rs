@@ -106,7 +106,12 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
         o.set_memtable_whole_key_filtering(true);
     }
     o.set_write_buffer_size(opts.write_buffer_bytes);
-    o.set_compression_type(DBCompressionType::Lz4);
+    // Fresh data (flushes and the first compactions) is written uncompressed:
+    // under a sustained write load those run on the same cores as the
+    // writers, and LZ4 there cost more CPU than the bytes it saved. Older
+    // levels, where most data lives, are LZ4-compressed.
+    use DBCompressionType::{Lz4, None as Plain};
+    o.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
     o
 }
 
