@@ -20,7 +20,11 @@ pub const REV_POS_MAX: u64 = (1 << 53) - 1;
 pub const REV_HASH_BYTES_MAX: usize = 128;
 
 /// A revision id: generation number `pos` (1 for a new document) and a hash.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Its serde form is the compact *storage* form (the wire form is
+/// [`fmt::Display`]): a 32-digit lowercase hex hash — every hash Settee
+/// makes, and CouchDB's — is stored as its 16 bytes, any other hash as text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rev {
     pub pos: u64,
     pub hash: String,
@@ -61,6 +65,41 @@ impl Rev {
             pos: parent.map_or(1, |p| p.pos + 1),
             hash,
         }
+    }
+}
+
+/// How a hash is stored.
+#[derive(Serialize, Deserialize)]
+enum StoredHash<'a> {
+    Md5([u8; 16]),
+    Text(std::borrow::Cow<'a, str>),
+}
+
+fn hash_bytes(hash: &str) -> Option<[u8; 16]> {
+    let lower_hex =
+        hash.len() == 32 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let mut out = [0u8; 16];
+    (lower_hex && hex::decode_to_slice(hash, &mut out).is_ok()).then_some(out)
+}
+
+impl Serialize for Rev {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let hash = match hash_bytes(&self.hash) {
+            Some(b) => StoredHash::Md5(b),
+            None => StoredHash::Text(std::borrow::Cow::Borrowed(&self.hash)),
+        };
+        (self.pos, hash).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rev {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Rev, D::Error> {
+        let (pos, hash) = <(u64, StoredHash<'static>)>::deserialize(d)?;
+        let hash = match hash {
+            StoredHash::Md5(b) => hex::encode(b),
+            StoredHash::Text(t) => t.into_owned(),
+        };
+        Ok(Rev { pos, hash })
     }
 }
 
@@ -131,6 +170,26 @@ mod tests {
         ] {
             assert_eq!(bad.parse::<Rev>(), Err(RevParseError), "{bad}");
         }
+    }
+
+    #[test]
+    fn storage_form_is_compact_and_exact() {
+        for r in [
+            Rev::next(None, false, b"{}"),
+            Rev::new(3, "ABCDEF0123456789abcdef0123456789"),
+            Rev::new(2, "x"),
+        ] {
+            let bytes = serde_json::to_vec(&r).unwrap();
+            assert_eq!(serde_json::from_slice::<Rev>(&bytes).unwrap(), r);
+        }
+        // A generated hash is stored as 16 bytes, not 32 digits.
+        let md5 = serde_json::to_value(Rev::next(None, false, b"{}")).unwrap();
+        assert_eq!(md5[1]["Md5"].as_array().unwrap().len(), 16);
+        assert!(
+            serde_json::to_value(Rev::new(3, "ABCDEF0123456789abcdef0123456789")).unwrap()[1]
+                ["Text"]
+                .is_string()
+        );
     }
 
     #[test]
