@@ -4,12 +4,9 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use hyper::Method;
-
-use super::{bulk_body, cleanup, create_db, seq_id, Ctx, Outcome, ScenarioDef, Scope, FOO_BAR};
+use super::{bulk_post_op, cleanup, create_db, seq_id, Ctx, Outcome, ScenarioDef, Scope};
 use crate::error::BenchError;
-use crate::load::{drive, BoxFuture, Limit, Req, ReqOp};
+use crate::load::{drive, BoxFuture, Limit};
 
 pub const DEF: ScenarioDef = ScenarioDef {
     name: "benchbulk",
@@ -31,23 +28,8 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
     let db = ctx.db_name("benchbulk");
     let mut conn = ctx.conn().await?;
     create_db(&mut conn, &db).await?;
-    let batches: Arc<Vec<Bytes>> = Arc::new(
-        (0..rounds * CLIENTS as u64)
-            .map(|b| bulk_body((b * batch..(b + 1) * batch).map(seq_id), FOO_BAR))
-            .collect(),
-    );
-    let n = batches.len() as u64;
-    let path = format!("/{db}/_bulk_docs");
-    let op = ReqOp(move |_w, i| Req {
-        items: batch as u32,
-        check_body: true,
-        ..Req::new(
-            Method::POST,
-            path.clone(),
-            batches[i as usize].clone(),
-            &[201, 202],
-        )
-    });
+    let n = rounds * CLIENTS as u64;
+    let op = bulk_post_op(format!("/{db}/_bulk_docs"), n, batch, seq_id);
     let result = drive(
         &ctx.target,
         CLIENTS,

@@ -10,11 +10,10 @@ use bytes::Bytes;
 use hyper::Method;
 
 use super::{
-    bulk_body, cleanup, create_db, db_info, random_id, seq_id, Ctx, Outcome, ScenarioDef, Scope,
-    FOO_BAR,
+    bulk_post_op, cleanup, create_db, db_info, random_id, seq_id, Ctx, Outcome, ScenarioDef, Scope,
 };
 use crate::error::BenchError;
-use crate::load::{drive, BoxFuture, Limit, Req, ReqOp};
+use crate::load::{drive, BoxFuture, Limit};
 
 pub const DEF: ScenarioDef = ScenarioDef {
     name: "ids",
@@ -40,23 +39,8 @@ async fn one(ctx: &Arc<Ctx>, name: &str, id: fn(u64) -> String) -> Result<Outcom
     let db = ctx.db_name(name);
     let mut conn = ctx.conn().await?;
     create_db(&mut conn, &db).await?;
-    let batches: Arc<Vec<Bytes>> = Arc::new(
-        (0..total / BATCH)
-            .map(|b| bulk_body((b * BATCH..(b + 1) * BATCH).map(id), FOO_BAR))
-            .collect(),
-    );
-    let n = batches.len() as u64;
-    let path = format!("/{db}/_bulk_docs");
-    let op = ReqOp(move |_w, i| Req {
-        items: BATCH as u32,
-        check_body: true,
-        ..Req::new(
-            Method::POST,
-            path.clone(),
-            batches[i as usize].clone(),
-            &[201, 202],
-        )
-    });
+    let n = total / BATCH;
+    let op = bulk_post_op(format!("/{db}/_bulk_docs"), n, BATCH, id);
     let result = drive(&ctx.target, 1, Limit::ops(n), Arc::new(op), &ctx.progress).await;
     let info = async {
         conn.request(

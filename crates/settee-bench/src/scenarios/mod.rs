@@ -216,6 +216,32 @@ pub fn with_id(id: &str, body: &str) -> String {
 }
 
 /// A `_bulk_docs` body for `ids`, every document `body`.
+/// An op that POSTs pre-encoded `_bulk_docs` bodies of `batch` documents
+/// each — `batches` of them, ids `id(0)`, `id(1)`, … — to `path`, request
+/// `i` sending batch `i` (201 or 202 expected, the answer checked).
+pub fn bulk_post_op(
+    path: String,
+    batches: u64,
+    batch: u64,
+    id: impl Fn(u64) -> String,
+) -> crate::load::ReqOp<impl Fn(usize, u64) -> crate::load::Req + Send + Sync + 'static> {
+    let bodies: Arc<Vec<Bytes>> = Arc::new(
+        (0..batches)
+            .map(|b| bulk_body((b * batch..(b + 1) * batch).map(&id), FOO_BAR))
+            .collect(),
+    );
+    crate::load::ReqOp(move |_w, i| crate::load::Req {
+        items: batch as u32,
+        check_body: true,
+        ..crate::load::Req::new(
+            hyper::Method::POST,
+            path.clone(),
+            bodies[i as usize].clone(),
+            &[201, 202],
+        )
+    })
+}
+
 pub fn bulk_body<I: IntoIterator<Item = String>>(ids: I, body: &str) -> Bytes {
     let mut s = String::from("{\"docs\":[");
     for (n, id) in ids.into_iter().enumerate() {
