@@ -6,12 +6,23 @@
 use std::time::{Duration, Instant};
 
 /// CPU time (user + system) this process has used so far.
-#[allow(unsafe_code)]
 pub fn process_cpu() -> Duration {
+    rusage_cpu(libc::RUSAGE_SELF)
+}
+
+/// CPU time (user + system) of this process's terminated, waited-for children.
+pub fn children_cpu() -> Duration {
+    rusage_cpu(libc::RUSAGE_CHILDREN)
+}
+
+/// User + system time `getrusage(who)` reports; zero if the call fails.
+#[allow(unsafe_code)]
+fn rusage_cpu(who: libc::c_int) -> Duration {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage writes a complete `rusage` into the pointer we pass;
-    // RUSAGE_SELF is always valid, so on success the value is initialised.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // RUSAGE_SELF and RUSAGE_CHILDREN are always valid, so on success the
+    // value is initialised.
+    let rc = unsafe { libc::getrusage(who, usage.as_mut_ptr()) };
     if rc != 0 {
         return Duration::ZERO;
     }

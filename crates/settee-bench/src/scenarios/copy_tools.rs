@@ -47,7 +47,7 @@ use super::{
     cleanup, create_db, db_info, preload, seq_id, Ctx, Outcome, ScenarioDef, Scope, FOO_BAR,
 };
 use crate::client::{redact, Conn};
-use crate::cpu::Measured;
+use crate::cpu::{children_cpu, Measured};
 use crate::error::BenchError;
 use crate::load::BoxFuture;
 use crate::stats::{Sample, Summary};
@@ -98,24 +98,6 @@ fn settee_exe(ctx: &Ctx) -> Result<PathBuf, BenchError> {
         return Ok(me);
     }
     crate::spawn::settee_binary(ctx.settee_bin.clone())
-}
-
-/// CPU (user + system) of this process's terminated and waited-for children.
-#[allow(unsafe_code)]
-fn children_cpu() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a complete `rusage` into the pointer we pass;
-    // RUSAGE_CHILDREN is always valid, so on success the value is initialised.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    // SAFETY: rc == 0 means the kernel filled the struct (and it was zeroed).
-    let u = unsafe { usage.assume_init() };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// One started process: what it is, the child, its stderr file.
