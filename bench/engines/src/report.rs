@@ -108,13 +108,7 @@ impl Results {
 
     /// Median bytes sent to storage per document, for the write workloads.
     pub fn written_table(&self, engines: &[EngineKind], sizes: &Sizes) -> String {
-        let mut out = String::from("| workload |");
-        for k in engines {
-            let _ = write!(out, " {} |", k.name());
-        }
-        out.push_str("\n|---|");
-        out.push_str(&"---:|".repeat(engines.len()));
-        out.push('\n');
+        let mut out = table_header(engines);
         for m in [
             Metric::Lightning,
             Metric::RandomIds,
@@ -151,13 +145,7 @@ impl Results {
 
     /// Medians with the ratio to RocksDB (`1.00×` = as fast as RocksDB).
     pub fn medians_table(&self, engines: &[EngineKind], sizes: &Sizes) -> String {
-        let mut out = String::from("| workload |");
-        for k in engines {
-            let _ = write!(out, " {} |", k.name());
-        }
-        out.push_str("\n|---|");
-        out.push_str(&"---:|".repeat(engines.len()));
-        out.push('\n');
+        let mut out = table_header(engines);
         for m in Metric::ALL {
             let base = self.median_of(m, EngineKind::Rocks);
             let _ = write!(out, "| {} |", m.label(sizes));
@@ -181,13 +169,7 @@ impl Results {
     /// engines of one run ran back to back, so this cancels most of the
     /// machine's run-to-run drift that the medians table still carries.
     pub fn paired_ratios_table(&self, engines: &[EngineKind], sizes: &Sizes) -> String {
-        let mut out = String::from("| workload |");
-        for k in engines {
-            let _ = write!(out, " {} |", k.name());
-        }
-        out.push_str("\n|---|");
-        out.push_str(&"---:|".repeat(engines.len()));
-        out.push('\n');
+        let mut out = table_header(engines);
         for m in Metric::ALL {
             let base = self.runs.get(&(m, engine_index(EngineKind::Rocks)));
             let _ = write!(out, "| {} |", m.label(sizes));
@@ -242,6 +224,18 @@ impl Results {
         }
         out
     }
+}
+
+/// The header and alignment rows of a table with one column per engine.
+fn table_header(engines: &[EngineKind]) -> String {
+    let mut out = String::from("| workload |");
+    for k in engines {
+        let _ = write!(out, " {} |", k.name());
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---:|".repeat(engines.len()));
+    out.push('\n');
+    out
 }
 
 #[cfg(test)]
