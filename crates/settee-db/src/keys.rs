@@ -5,6 +5,8 @@
 //! Invariants: by-id keys sort by the raw bytes of the document id (the
 //! `_all_docs` order); by-seq keys sort by sequence number.
 
+use settee_core::rev::Rev;
+
 /// Database ids are allocated from 1 upward and never reused.
 pub type DbId = u64;
 
@@ -56,13 +58,13 @@ pub fn seq_of(key: &[u8]) -> u64 {
 }
 
 /// Body key of one revision: db, id length, id, generation, hash.
-pub fn body(db: DbId, id: &str, pos: u64, hash: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + 4 + id.len() + 8 + hash.len());
+pub fn body(db: DbId, id: &str, rev: &Rev) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + 4 + id.len() + 8 + rev.hash.len());
     k.extend_from_slice(&db.to_be_bytes());
     k.extend_from_slice(&(id.len() as u32).to_be_bytes());
     k.extend_from_slice(id.as_bytes());
-    k.extend_from_slice(&pos.to_be_bytes());
-    k.extend_from_slice(hash.as_bytes());
+    k.extend_from_slice(&rev.pos.to_be_bytes());
+    k.extend_from_slice(rev.hash.as_bytes());
     k
 }
 
@@ -78,10 +80,12 @@ mod tests {
         assert!(doc(1, "a") < doc(1, "b") && doc(1, "zz") < doc(2, ""));
         assert_eq!(doc_id(&doc(5, "é")), "é".as_bytes());
         let (lo, hi) = db_range(7);
-        for k in [doc(7, "x"), seq(7, 1), body(7, "x", 1, "h")] {
+        for k in [doc(7, "x"), seq(7, 1), body(7, "x", &Rev::new(1, "h"))] {
             assert!(lo <= k && k < hi);
         }
         // The length prefix keeps one id's bodies apart from a longer id's.
-        assert!(!body(1, "a", 1, "h").starts_with(&body(1, "ab", 1, "h")[..12]));
+        assert!(
+            !body(1, "a", &Rev::new(1, "h")).starts_with(&body(1, "ab", &Rev::new(1, "h"))[..12])
+        );
     }
 }

@@ -149,7 +149,7 @@ impl Reader {
         if let Some(text) = rec.inline_body(rev) {
             return Ok(Some(Body::from_stored(text.to_string())));
         }
-        let key = keys::body(self.db, id, rev.pos, &rev.hash);
+        let key = keys::body(self.db, id, rev);
         match self.poison.guard(self.snap.get(Keyspace::Bodies, &key))? {
             Some(bytes) => {
                 let text = String::from_utf8(bytes)

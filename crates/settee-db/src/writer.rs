@@ -542,10 +542,8 @@ impl<'a> Ctx<'a> {
             }
         };
         for n in stemmed.iter().filter(|n| n.has_body) {
-            self.batch.delete(
-                Keyspace::Bodies,
-                keys::body(self.db, &doc.id, n.rev.pos, &n.rev.hash),
-            );
+            self.batch
+                .delete(Keyspace::Bodies, keys::body(self.db, &doc.id, &n.rev));
         }
         let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
         bodies.push((rev.clone(), doc.body.as_str().to_string()));
@@ -572,7 +570,7 @@ impl<'a> Ctx<'a> {
                 Some(i) if tree.is_leaf(&rev) => inline.push((i as u32, body)),
                 Some(_) => self.batch.put(
                     Keyspace::Bodies,
-                    keys::body(db, id, rev.pos, &rev.hash),
+                    keys::body(db, id, &rev),
                     body.into_bytes(),
                 ),
                 None => {}
@@ -704,10 +702,8 @@ impl<'a> Ctx<'a> {
                 }
                 for n in tree.purge_leaf(rev) {
                     if n.has_body {
-                        self.batch.delete(
-                            Keyspace::Bodies,
-                            keys::body(db, &id, n.rev.pos, &n.rev.hash),
-                        );
+                        self.batch
+                            .delete(Keyspace::Bodies, keys::body(db, &id, &n.rev));
                     }
                     if n.rev == *rev {
                         removed_revs.push(n.rev);
@@ -758,8 +754,7 @@ impl<'a> Ctx<'a> {
                 continue;
             }
             for rev in &doomed {
-                self.batch
-                    .delete(Keyspace::Bodies, keys::body(db, id, rev.pos, &rev.hash));
+                self.batch.delete(Keyspace::Bodies, keys::body(db, id, rev));
                 rec.tree.drop_body(rev);
             }
             self.batch
