@@ -18,6 +18,7 @@ use settee_core::rev::Rev;
 use settee_store::{Keyspace, Store};
 use tokio::sync::{oneshot, watch};
 
+use crate::committer::Pipe;
 use crate::error::{DocFailure, Error, Result};
 use crate::keys::{self, DbId};
 use crate::options::{Durability, EngineOptions};
@@ -89,7 +90,12 @@ impl Shared {
     fn spawn_writer(self: &Arc<Self>) -> Result<WriterSlot> {
         let (tx, rx) = crossbeam_channel::bounded(self.opts.writer_queue_max);
         let state = self.state.lock().clone();
-        let writer = Writer::new(self.clone(), rx, state);
+        let pipe = Pipe::start(self.clone()).map_err(|e| {
+            Error::Storage(settee_store::StoreError::Io(format!(
+                "cannot start a committer thread: {e}"
+            )))
+        })?;
+        let writer = Writer::new(self.clone(), rx, state, pipe);
         let thread = std::thread::Builder::new()
             .name(format!("writer-{}", self.db))
             .spawn(move || writer.run())
@@ -201,6 +207,9 @@ impl std::fmt::Debug for Database {
 /// A reply the writer will send once the group carrying the request commits.
 type Pending<T> = oneshot::Receiver<Result<T>>;
 
+/// One writer request of an update call, and its reply (none in batch mode).
+type UpdateChunk = (Request, Option<Pending<Vec<DocResult>>>);
+
 fn recv<T>(rx: oneshot::Receiver<Result<T>>) -> Result<T> {
     rx.blocking_recv().map_err(|_| Error::Closed)?
 }
@@ -253,11 +262,18 @@ impl Database {
         })
     }
 
-    fn update_request(
+    /// The writer requests of one update call: large calls (not
+    /// all-or-nothing, not batch mode) are split into chunks of
+    /// `update_chunk_docs`, so the writer computes chunk n+1 while the
+    /// committer writes chunk n. Only the last chunk asks for the fsync a
+    /// full commit needs: the log is written in order, so that fsync makes
+    /// every earlier chunk durable too, and the caller is answered only
+    /// when every chunk is done.
+    fn update_requests(
         &self,
-        docs: Vec<Doc>,
+        mut docs: Vec<Doc>,
         opts: UpdateOptions,
-    ) -> Result<(Request, Option<Pending<Vec<DocResult>>>)> {
+    ) -> Result<Vec<UpdateChunk>> {
         if docs.len() > self.shared.opts.update_docs_max {
             return Err(Error::BadRequest(format!(
                 "too many documents in one request (limit {})",
@@ -267,31 +283,59 @@ impl Database {
         let durability = opts
             .durability
             .unwrap_or(self.shared.opts.default_durability);
-        let (reply, rx) = if durability == Durability::Batch {
-            (None, None)
+        let chunk = self.shared.opts.update_chunk_docs.max(1);
+        let mut chunks = Vec::new();
+        if opts.all_or_nothing || durability == Durability::Batch || docs.len() <= chunk {
+            chunks.push(docs);
         } else {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        };
-        let req = Request::Update(UpdateReq {
-            docs,
-            new_edits: opts.new_edits,
-            all_or_nothing: opts.all_or_nothing,
-            durability,
-            reply,
-        });
-        Ok((req, rx))
+            while docs.len() > chunk {
+                let rest = docs.split_off(chunk);
+                chunks.push(std::mem::replace(&mut docs, rest));
+            }
+            chunks.push(docs);
+        }
+        let last = chunks.len() - 1;
+        let requests = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, docs)| {
+                let (reply, rx) = if durability == Durability::Batch {
+                    (None, None)
+                } else {
+                    let (tx, rx) = oneshot::channel();
+                    (Some(tx), Some(rx))
+                };
+                let durability = if i < last && durability == Durability::Full {
+                    Durability::Delayed
+                } else {
+                    durability
+                };
+                let req = Request::Update(UpdateReq {
+                    docs,
+                    new_edits: opts.new_edits,
+                    all_or_nothing: opts.all_or_nothing,
+                    durability,
+                    reply,
+                });
+                (req, rx)
+            })
+            .collect();
+        Ok(requests)
     }
 
     /// Applies documents; one result per document, in input order. In batch
     /// mode the call returns at once with an empty vector.
     pub fn update(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<DocResult>> {
-        let (req, rx) = self.update_request(docs, opts)?;
-        self.send(req)?;
-        match rx {
-            Some(rx) => recv(rx),
-            None => Ok(Vec::new()),
+        let mut pending = Vec::new();
+        for (req, rx) in self.update_requests(docs, opts)? {
+            self.send(req)?;
+            pending.extend(rx);
         }
+        let mut results = Vec::new();
+        for rx in pending {
+            results.append(&mut recv(rx)?);
+        }
+        Ok(results)
     }
 
     /// Async form of [`Database::update`].
@@ -300,12 +344,16 @@ impl Database {
         docs: Vec<Doc>,
         opts: UpdateOptions,
     ) -> Result<Vec<DocResult>> {
-        let (req, rx) = self.update_request(docs, opts)?;
-        self.send_async(req).await?;
-        match rx {
-            Some(rx) => recv_async(rx).await,
-            None => Ok(Vec::new()),
+        let mut pending = Vec::new();
+        for (req, rx) in self.update_requests(docs, opts)? {
+            self.send_async(req).await?;
+            pending.extend(rx);
         }
+        let mut results = Vec::new();
+        for rx in pending {
+            results.append(&mut recv_async(rx).await?);
+        }
+        Ok(results)
     }
 
     /// Writes one document; a refused document is an error.

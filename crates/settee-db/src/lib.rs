@@ -13,12 +13,14 @@
 //! ```
 //!
 //! Architecture invariants (each stated in the module that keeps it):
-//! - one writer thread per database, group commit ([`writer`]);
+//! - one writer thread per database, group commit pipelined into a
+//!   committer thread ([`writer`], [`committer`]);
 //! - acknowledged means durable unless the caller chose otherwise ([`Durability`]);
 //! - readers use snapshots: never blocked, never see half a batch ([`reader`]);
 //! - the first storage error poisons the engine ([`poison`]);
 //! - deterministic revision ids (settee_core::rev).
 
+pub mod committer;
 pub mod database;
 pub mod engine;
 pub mod error;

@@ -36,8 +36,12 @@ pub struct EngineOptions {
     /// A database's writer thread retires after this long without work
     /// (it restarts with the next write), so idle databases hold no thread.
     pub writer_idle_ms: u64,
-    /// Documents the writer gathers into one group commit (a request is never split).
+    /// Documents the writer gathers into one group commit (a request is
+    /// never split): small groups let the writer and the committer overlap.
     pub group_docs_max: usize,
+    /// Update calls larger than this are split into chunks of this many
+    /// documents (see `Database::update`), unless all-or-nothing.
+    pub update_chunk_docs: usize,
     /// Documents accepted in one update request.
     pub update_docs_max: usize,
     pub rocks: RocksOptions,
@@ -53,7 +57,8 @@ impl Default for EngineOptions {
             batch_docs_max: 1000,
             writer_queue_max: 4096,
             writer_idle_ms: 30_000,
-            group_docs_max: 20_000,
+            group_docs_max: 512,
+            update_chunk_docs: 256,
             update_docs_max: 100_000,
             rocks: RocksOptions::default(),
         }

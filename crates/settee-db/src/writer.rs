@@ -4,14 +4,22 @@
 //! - **One writer per database.** Every mutation of the database's keys
 //!   (documents, local docs, purge, compaction, revs_limit) is a
 //!   [`Request`] executed by this thread; nothing else writes them.
-//! - **Group commit.** The writer takes every queued request (up to
-//!   `group_docs_max` documents, never splitting a request), applies them in
-//!   arrival order to one storage batch, writes it atomically, and fsyncs
-//!   once if any request in the group needs it. Only then are replies sent:
-//!   a full-commit reply means durable.
+//! - **Group commit, pipelined.** The writer takes every queued request (up
+//!   to `group_docs_max` documents, never splitting a request), applies them
+//!   in arrival order to one storage batch and hands it to the database's
+//!   committer ([`crate::committer`]), which writes it atomically, fsyncs
+//!   once if any request needs it, and only then answers: a full-commit
+//!   reply means durable. While group n is written and fsynced, the writer
+//!   computes group n+1.
+//! - **The writer reads its own writes.** Records of groups still in the
+//!   pipeline are kept in memory (`inflight`) and win over storage, which
+//!   may not have them yet; they are dropped once their group is written.
+//!   Requests that read storage directly (local documents, purge,
+//!   compaction) first wait for the pipeline to drain.
 //! - **Durability modes** (see [`Durability`]): delayed-commit groups are
-//!   fsynced within `delayed_flush_ms`; batch-mode documents are buffered and
-//!   applied (with an fsync) within `batch_flush_ms` or at `batch_docs_max`.
+//!   fsynced within `delayed_flush_ms` (by the committer); batch-mode
+//!   documents are buffered here and applied (with an fsync) within
+//!   `batch_flush_ms` or at `batch_docs_max`.
 //! - **Stop on the first storage error.** A failed write or fsync poisons the
 //!   engine; the whole group fails and nothing is retried.
 
@@ -27,6 +35,7 @@ use settee_core::revtree::RevTree;
 use settee_store::{Batch, Keyspace};
 use tokio::sync::oneshot;
 
+use crate::committer::{Commit, Pipe, Reply};
 use crate::database::Shared;
 use crate::error::{DocFailure, Error, Result};
 use crate::keys::{self, DbId};
@@ -89,36 +98,6 @@ impl Request {
     }
 }
 
-/// A reply to send once the group is committed.
-enum Reply {
-    Update(
-        oneshot::Sender<Result<Vec<DocResult>>>,
-        Result<Vec<DocResult>>,
-    ),
-    Local(
-        oneshot::Sender<Result<std::result::Result<String, DocFailure>>>,
-        std::result::Result<String, DocFailure>,
-    ),
-    Unit(oneshot::Sender<Result<()>>),
-    Purge(oneshot::Sender<Result<PurgeOutcome>>, PurgeOutcome),
-}
-
-impl Reply {
-    fn send(self, failure: Option<&Error>) {
-        // A caller that gave up waiting dropped its receiver; that is fine.
-        match (self, failure) {
-            (Reply::Update(tx, r), None) => drop(tx.send(r)),
-            (Reply::Update(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
-            (Reply::Local(tx, r), None) => drop(tx.send(Ok(r))),
-            (Reply::Local(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
-            (Reply::Unit(tx), None) => drop(tx.send(Ok(()))),
-            (Reply::Unit(tx), Some(e)) => drop(tx.send(Err(e.clone()))),
-            (Reply::Purge(tx, r), None) => drop(tx.send(Ok(r))),
-            (Reply::Purge(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
-        }
-    }
-}
-
 pub(crate) struct Writer {
     shared: Arc<Shared>,
     rx: Receiver<Request>,
@@ -127,12 +106,24 @@ pub(crate) struct Writer {
     buffered: Vec<UpdateReq>,
     buffered_docs: usize,
     buffered_since: Option<Instant>,
-    /// When the oldest write not yet fsynced was made.
-    unsynced_since: Option<Instant>,
+    /// The committer, and the number of the last group handed to it.
+    pipe: Pipe,
+    group: u64,
+    /// Records written by groups still in the pipeline, by id, with the
+    /// group that wrote them last.
+    inflight: Inflight,
 }
 
+/// Document records of groups not yet written, with their group number.
+type Inflight = FxHashMap<String, (u64, Option<DocRecord>)>;
+
 impl Writer {
-    pub(crate) fn new(shared: Arc<Shared>, rx: Receiver<Request>, state: DbState) -> Writer {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        rx: Receiver<Request>,
+        state: DbState,
+        pipe: Pipe,
+    ) -> Writer {
         Writer {
             shared,
             rx,
@@ -140,27 +131,21 @@ impl Writer {
             buffered: Vec::new(),
             buffered_docs: 0,
             buffered_since: None,
-            unsynced_since: None,
+            pipe,
+            group: 0,
+            inflight: Inflight::default(),
         }
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let opts = &self.shared.opts;
-        let batch = self
-            .buffered_since
-            .map(|t| t + Duration::from_millis(opts.batch_flush_ms));
-        let delayed = self
-            .unsynced_since
-            .map(|t| t + Duration::from_millis(opts.delayed_flush_ms));
-        match (batch, delayed) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.buffered_since
+            .map(|t| t + Duration::from_millis(self.shared.opts.batch_flush_ms))
     }
 
     /// The writer thread's loop. Returns when shut down (after applying and
     /// fsyncing everything it holds) or when idle for `writer_idle_ms` with
-    /// nothing buffered, unsynced or queued.
+    /// nothing buffered or queued (after its committer has written and
+    /// fsynced everything).
     pub(crate) fn run(mut self) {
         loop {
             let idle_deadline =
@@ -168,11 +153,10 @@ impl Writer {
             let first = match self.next_deadline() {
                 Some(d) => self.rx.recv_deadline(d),
                 None => match self.rx.recv_deadline(idle_deadline) {
-                    // Nothing buffered, nothing unsynced, nothing queued for
-                    // a while: give the thread back.
-                    Err(RecvTimeoutError::Timeout) if self.shared.retire_if_idle(&self.rx) => {
-                        return
-                    }
+                    // Nothing buffered, nothing queued for a while: give the
+                    // thread back, once the pipeline is empty (a successor
+                    // must find everything in storage).
+                    Err(RecvTimeoutError::Timeout) if self.retire() => return,
                     other => other,
                 },
             };
@@ -198,8 +182,19 @@ impl Writer {
             let stop = disconnected || group.iter().any(|r| matches!(r, Request::Shutdown));
             self.process(group, stop);
             if stop {
+                self.pipe.finish();
                 return;
             }
+        }
+    }
+
+    fn retire(&mut self) -> bool {
+        self.pipe.drain();
+        if self.shared.retire_if_idle(&self.rx) {
+            self.pipe.finish();
+            true
+        } else {
+            false
         }
     }
 
@@ -234,23 +229,10 @@ impl Writer {
             self.buffered_docs = 0;
             self.buffered_since = None;
         }
-        let delayed_due = self
-            .unsynced_since
-            .is_some_and(|t| now >= t + Duration::from_millis(opts.delayed_flush_ms));
         if todo.is_empty() && buffered.is_empty() {
-            if delayed_due {
-                self.sync_now();
-            }
             return;
         }
-        self.commit(buffered, todo, flush_all || delayed_due);
-    }
-
-    fn sync_now(&mut self) {
-        let r = self.shared.poison.guard(self.shared.store.sync());
-        if r.is_ok() {
-            self.unsynced_since = None;
-        }
+        self.commit(buffered, todo, flush_all);
     }
 
     fn commit(&mut self, buffered: Vec<UpdateReq>, todo: Vec<Request>, force_sync: bool) {
@@ -258,7 +240,20 @@ impl Writer {
             fail_all(buffered, todo, &e);
             return;
         }
-        let mut ctx = Ctx::new(&self.shared, self.state.clone());
+        let reads_storage = todo.iter().any(|r| {
+            matches!(
+                r,
+                Request::Local { .. } | Request::Purge(..) | Request::Compact(..)
+            )
+        });
+        if reads_storage {
+            self.pipe.drain();
+        }
+        if !self.inflight.is_empty() {
+            let done = self.pipe.progress.done();
+            self.inflight.retain(|_, (g, _)| *g > done);
+        }
+        let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
         let mut replies = Vec::with_capacity(todo.len());
         let mut sync = force_sync || !buffered.is_empty();
         let load = ctx.preload(buffered.iter().chain(todo.iter().filter_map(|r| match r {
@@ -327,40 +322,25 @@ impl Writer {
         let Ctx {
             state,
             state_dirty,
-            batch,
+            mut batch,
+            records,
             ..
         } = ctx;
-        let wrote_anything = !batch.is_empty() || state_dirty;
-        let result = if wrote_anything {
-            let mut batch = batch;
+        if !batch.is_empty() || state_dirty {
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
-            self.shared
-                .poison
-                .guard(self.shared.store.write(batch, sync))
-        } else if sync && self.unsynced_since.is_some() {
-            self.shared.poison.guard(self.shared.store.sync())
-        } else {
-            Ok(())
-        };
-        match result {
-            Ok(()) => {
-                if sync {
-                    self.unsynced_since = None;
-                } else if wrote_anything {
-                    self.unsynced_since.get_or_insert_with(Instant::now);
-                }
-                self.state = state.clone();
-                self.shared.publish(state);
-                for r in replies {
-                    r.send(None);
-                }
-            }
-            Err(e) => {
-                for r in replies {
-                    r.send(Some(&e));
-                }
-            }
         }
+        self.group += 1;
+        for (id, rec) in records {
+            self.inflight.insert(id, (self.group, rec));
+        }
+        self.state = state.clone();
+        self.pipe.send(Commit {
+            group: self.group,
+            batch,
+            sync,
+            state,
+            replies,
+        });
     }
 }
 
@@ -394,6 +374,7 @@ fn inline_bodies(rec: &DocRecord) -> Vec<(Rev, String)> {
 /// The state of one group commit being assembled.
 struct Ctx<'a> {
     shared: &'a Shared,
+    inflight: &'a Inflight,
     db: DbId,
     state: DbState,
     state_dirty: bool,
@@ -427,9 +408,10 @@ struct Checkpoint {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(shared: &'a Shared, state: DbState) -> Ctx<'a> {
+    fn new(shared: &'a Shared, inflight: &'a Inflight, state: DbState) -> Ctx<'a> {
         Ctx {
             shared,
+            inflight,
             db: shared.db,
             state,
             state_dirty: false,
@@ -448,6 +430,15 @@ impl<'a> Ctx<'a> {
         }
         ids.sort_unstable();
         ids.dedup();
+        if !self.inflight.is_empty() {
+            ids.retain(|id| match self.inflight.get(*id) {
+                Some((_, rec)) => {
+                    self.records.insert(id.to_string(), rec.clone());
+                    false
+                }
+                None => true,
+            });
+        }
         let keys: Vec<Vec<u8>> = ids.iter().map(|id| keys::doc(self.db, id)).collect();
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let values = self
@@ -463,6 +454,10 @@ impl<'a> Ctx<'a> {
 
     fn load(&mut self, id: &str) -> Result<Option<DocRecord>> {
         if let Some(r) = self.records.get(id) {
+            return Ok(r.clone());
+        }
+        if let Some((_, r)) = self.inflight.get(id) {
+            self.records.insert(id.to_string(), r.clone());
             return Ok(r.clone());
         }
         let v = self.shared.poison.guard(

@@ -833,3 +833,64 @@ fn idle_writers_retire_and_restart_transparently() {
     assert_eq!(r2.pos, 2);
     assert_eq!(db.update_seq(), 3);
 }
+
+#[test]
+fn pipelined_groups_see_the_records_of_groups_not_yet_written() {
+    // A slow disk keeps earlier chunks of one call in the committer while
+    // the writer computes later chunks touching the same documents.
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let opts = EngineOptions {
+        update_chunk_docs: 2,
+        group_docs_max: 2,
+        ..Default::default()
+    };
+    let e = Engine::with_store(store.clone() as Arc<dyn Store>, opts);
+    let db = e.create_db("p").unwrap();
+    store.delay_writes(20);
+    let stored = |id: &str, rev: &str| {
+        doc(
+            json!({"_id": id, "_rev": rev, "_revisions": {"start": 1, "ids": [rev[2..].to_string()]}}),
+        )
+    };
+    let replicated = vec![
+        stored("a", "1-x"),
+        stored("b", "1-x"),
+        stored("c", "1-x"),
+        stored("d", "1-x"),
+        stored("a", "1-z"),
+        stored("b", "1-x"),
+    ];
+    let results = db
+        .update(
+            replicated,
+            UpdateOptions {
+                new_edits: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // "a" kept both branches (a conflict), "b" was stored once.
+    let reader = db.reader().unwrap();
+    let leaves = reader
+        .open_revs("a", &OpenRevs::AllLeaves, &GetOptions::default())
+        .unwrap();
+    assert_eq!(leaves.len(), 2, "{leaves:?}");
+    let info = db.info().unwrap();
+    assert_eq!((info.doc_count, info.update_seq), (4, 5));
+    let rows = changes(&db, 0, false);
+    let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["b", "c", "d", "a"], "one change row per document");
+    // With new edits, a document created by an earlier chunk of the same
+    // call exists for the later chunk: the second creation conflicts.
+    let fresh = |id: &str| doc(json!({"_id": id}));
+    let results = db
+        .update(
+            vec![fresh("n"), fresh("m"), fresh("o"), fresh("q"), fresh("n")],
+            UpdateOptions::default(),
+        )
+        .unwrap();
+    assert!(results[..4].iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(results[4], Err(DocFailure::Conflict));
+    assert_eq!(db.info().unwrap().doc_count, 8);
+}

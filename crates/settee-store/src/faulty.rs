@@ -1,4 +1,5 @@
-//! A store wrapper that fails on command, for failure-handling tests.
+//! A store wrapper that fails (or slows down) on command, for
+//! failure-handling and pipelining tests.
 //!
 //! Invariant: once a failure is injected the wrapped store is not touched by
 //! the failing call, so the test can check exactly what the layer above did.
@@ -18,6 +19,8 @@ pub struct FaultyStore<S> {
     syncs_left: AtomicU64,
     /// Number of writes of any kind still allowed.
     writes_left: AtomicU64,
+    /// Every write first sleeps this long (milliseconds).
+    write_delay_ms: AtomicU64,
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -26,7 +29,13 @@ impl<S: Store> FaultyStore<S> {
             inner,
             syncs_left: AtomicU64::new(NEVER),
             writes_left: AtomicU64::new(NEVER),
+            write_delay_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Makes every later write take at least `ms` milliseconds (a slow disk).
+    pub fn delay_writes(&self, ms: u64) {
+        self.write_delay_ms.store(ms, Ordering::SeqCst);
     }
 
     /// After `n` more successful fsyncs, every fsync fails.
@@ -55,6 +64,10 @@ impl<S: Store> FaultyStore<S> {
 
 impl<S: Store> Store for FaultyStore<S> {
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
+        let delay = self.write_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(delay));
+        }
         Self::take(&self.writes_left, "write")?;
         if sync {
             Self::take(&self.syncs_left, "fsync")?;
@@ -77,6 +90,10 @@ impl<S: Store> Store for FaultyStore<S> {
 
     fn compact_range(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> Result<()> {
         self.inner.compact_range(ks, from, to)
+    }
+
+    fn flush_memory(&self) -> Result<()> {
+        self.inner.flush_memory()
     }
 
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64 {

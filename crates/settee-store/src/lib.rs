@@ -151,6 +151,13 @@ pub trait Store: Send + Sync {
     fn snapshot(&self) -> Arc<dyn Snapshot>;
     /// Asks the engine to reclaim space in `[from, to)`; may run in the background.
     fn compact_range(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> Result<()>;
+    /// Asks the engine to move recent writes out of memory into files, in
+    /// the background. Only a performance hint: after a range deletion the
+    /// in-memory table's bloom filters stop working (every lookup walks it)
+    /// until it is flushed. Durability is unaffected either way.
+    fn flush_memory(&self) -> Result<()> {
+        Ok(())
+    }
     /// Approximate bytes on disk used by `[from, to)`.
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64;
     /// Bytes on disk used by the whole store.

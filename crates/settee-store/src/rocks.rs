@@ -241,6 +241,13 @@ impl Store for RocksStore {
         Ok(())
     }
 
+    fn flush_memory(&self) -> Result<()> {
+        let mut fo = rocksdb::FlushOptions::default();
+        fo.set_wait(false);
+        let cfs: Vec<&ColumnFamily> = Keyspace::ALL.iter().map(|ks| self.cf(*ks)).collect();
+        self.db.flush_cfs_opt(&cfs, &fo).map_err(io)
+    }
+
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64 {
         let sizes = self
             .db

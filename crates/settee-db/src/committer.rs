@@ -1,0 +1,282 @@
+//! The second stage of a database's write pipeline: it writes the storage
+//! batches the writer computed, fsyncs them, publishes the new state and
+//! answers the callers.
+//!
+//! The writer (see [`crate::writer`]) turns a group of requests into a
+//! [`Commit`] — one storage batch, the state after it, the replies — and
+//! hands it over; while the committer writes and fsyncs group n, the
+//! writer already computes group n+1. Commits that queue up while a write
+//! or fsync is in progress are merged into one storage write with at most
+//! one fsync (group commit across groups).
+//!
+//! Invariants:
+//! - **In order.** Commits are written, published and answered in the
+//!   order the writer made them; a caller is answered only after its
+//!   commit is written (and fsynced when any merged commit asked for it).
+//!   A synced write is visible to readers only once it is durable (the
+//!   store's write-ahead log is synced before the write is applied).
+//! - **Bounded.** At most `PIPELINE_DEPTH` commits wait here; the writer
+//!   blocks beyond that.
+//! - **Stop on the first storage error.** A failed write or fsync poisons
+//!   the engine; that commit and every later one fail, nothing is retried.
+//! - **Delayed commits** are fsynced within `delayed_flush_ms`, and before
+//!   the committer exits (when its writer retires or shuts down).
+//! - [`Progress`] tells the writer which commits are done, so it can drop
+//!   the in-flight records it keeps for them and wait for an empty pipe.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex};
+use settee_store::Batch;
+use tokio::sync::oneshot;
+
+use crate::database::Shared;
+use crate::error::{DocFailure, Error, Result};
+use crate::records::DbState;
+use crate::writer::{DocResult, PurgeOutcome};
+
+/// Commits that may wait for the committer (besides the one it works on).
+pub(crate) const PIPELINE_DEPTH: usize = 2;
+
+/// A reply to send once its commit is durable (or failed).
+pub(crate) enum Reply {
+    Update(
+        oneshot::Sender<Result<Vec<DocResult>>>,
+        Result<Vec<DocResult>>,
+    ),
+    Local(
+        oneshot::Sender<Result<std::result::Result<String, DocFailure>>>,
+        std::result::Result<String, DocFailure>,
+    ),
+    Unit(oneshot::Sender<Result<()>>),
+    Purge(oneshot::Sender<Result<PurgeOutcome>>, PurgeOutcome),
+}
+
+impl Reply {
+    pub(crate) fn send(self, failure: Option<&Error>) {
+        // A caller that gave up waiting dropped its receiver; that is fine.
+        match (self, failure) {
+            (Reply::Update(tx, r), None) => drop(tx.send(r)),
+            (Reply::Update(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Local(tx, r), None) => drop(tx.send(Ok(r))),
+            (Reply::Local(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Unit(tx), None) => drop(tx.send(Ok(()))),
+            (Reply::Unit(tx), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Purge(tx, r), None) => drop(tx.send(Ok(r))),
+            (Reply::Purge(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+        }
+    }
+}
+
+/// One group's outcome, on its way to the disk.
+pub(crate) struct Commit {
+    /// The writer's group number (increasing by one per commit).
+    pub group: u64,
+    /// Empty when the group changed nothing (e.g. only a flush).
+    pub batch: Batch,
+    /// Fsync before answering.
+    pub sync: bool,
+    /// The database's state after this group, published once written.
+    pub state: DbState,
+    pub replies: Vec<Reply>,
+}
+
+/// The highest group number written (or failed) so far.
+#[derive(Default)]
+pub(crate) struct Progress {
+    done: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Progress {
+    pub(crate) fn done(&self) -> u64 {
+        *self.done.lock()
+    }
+
+    fn advance(&self, group: u64) {
+        let mut d = self.done.lock();
+        if group > *d {
+            *d = group;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Blocks until group `group` is done.
+    pub(crate) fn wait_for(&self, group: u64) {
+        let mut d = self.done.lock();
+        while *d < group {
+            self.changed.wait(&mut d);
+        }
+    }
+}
+
+/// The writer's end of the pipe: the queue and the committer thread.
+pub(crate) struct Pipe {
+    tx: Option<Sender<Commit>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub progress: Arc<Progress>,
+    /// The last group handed over.
+    pub sent: u64,
+}
+
+impl Pipe {
+    /// Starts the committer thread of a database (named after its writer).
+    pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Pipe> {
+        let (tx, rx) = crossbeam_channel::bounded(PIPELINE_DEPTH);
+        let progress = Arc::new(Progress::default());
+        let committer = Committer {
+            shared: shared.clone(),
+            rx,
+            progress: progress.clone(),
+            unsynced_since: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("commit-{}", shared.db))
+            .spawn(move || committer.run())?;
+        Ok(Pipe {
+            tx: Some(tx),
+            thread: Some(thread),
+            progress,
+            sent: 0,
+        })
+    }
+
+    /// Hands a commit over (blocks while `PIPELINE_DEPTH` wait already).
+    pub(crate) fn send(&mut self, commit: Commit) {
+        self.sent = commit.group;
+        let Some(tx) = &self.tx else {
+            return fail(vec![commit], &Error::Closed);
+        };
+        if let Err(e) = tx.send(commit) {
+            // The committer only exits when this sender is dropped.
+            fail(vec![e.into_inner()], &Error::Closed);
+        }
+    }
+
+    /// Blocks until every commit handed over is done.
+    pub(crate) fn drain(&self) {
+        self.progress.wait_for(self.sent);
+    }
+
+    /// Stops the committer after it has written and fsynced everything.
+    pub(crate) fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            drop(t.join());
+        }
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn fail(commits: Vec<Commit>, e: &Error) {
+    for c in commits {
+        for r in c.replies {
+            r.send(Some(e));
+        }
+    }
+}
+
+struct Committer {
+    shared: Arc<Shared>,
+    rx: Receiver<Commit>,
+    progress: Arc<Progress>,
+    /// When the oldest write not yet fsynced was made.
+    unsynced_since: Option<Instant>,
+}
+
+impl Committer {
+    fn run(mut self) {
+        loop {
+            let next = match self.unsynced_since {
+                Some(t) => self
+                    .rx
+                    .recv_deadline(t + Duration::from_millis(self.shared.opts.delayed_flush_ms)),
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
+                Ok(first) => {
+                    let mut commits = vec![first];
+                    commits.extend(self.rx.try_iter());
+                    self.commit(commits);
+                }
+                Err(RecvTimeoutError::Timeout) => self.sync(),
+                Err(RecvTimeoutError::Disconnected) => {
+                    if self.unsynced_since.is_some() {
+                        self.sync();
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn sync(&mut self) {
+        if self.shared.poison.check().is_err() {
+            // Nothing more reaches the disk; there is nothing to wait for.
+            self.unsynced_since = None;
+            return;
+        }
+        if self.shared.poison.guard(self.shared.store.sync()).is_ok() {
+            self.unsynced_since = None;
+        }
+    }
+
+    /// Writes the commits as one storage batch, fsyncs if any asks, then
+    /// publishes and answers them in order.
+    fn commit(&mut self, mut commits: Vec<Commit>) {
+        let last = commits.last().map_or(0, |c| c.group);
+        if let Err(e) = self.shared.poison.check() {
+            fail(commits, &e);
+            self.progress.advance(last);
+            return;
+        }
+        let sync = commits.iter().any(|c| c.sync);
+        let mut batch = std::mem::take(&mut commits[0].batch);
+        for c in &mut commits[1..] {
+            batch.ops.append(&mut c.batch.ops);
+        }
+        let wrote = !batch.is_empty();
+        let result = if wrote {
+            self.shared
+                .poison
+                .guard(self.shared.store.write(batch, sync))
+        } else if sync && self.unsynced_since.is_some() {
+            self.shared.poison.guard(self.shared.store.sync())
+        } else {
+            Ok(())
+        };
+        match result {
+            Ok(()) => {
+                if sync {
+                    self.unsynced_since = None;
+                } else if wrote {
+                    self.unsynced_since.get_or_insert_with(Instant::now);
+                }
+                let mut replies = Vec::new();
+                let mut state = None;
+                for c in commits {
+                    replies.extend(c.replies);
+                    state = Some(c.state);
+                }
+                if let Some(state) = state {
+                    self.shared.publish(state);
+                }
+                self.progress.advance(last);
+                for r in replies {
+                    r.send(None);
+                }
+            }
+            Err(e) => {
+                fail(commits, &e);
+                self.progress.advance(last);
+            }
+        }
+    }
+}
