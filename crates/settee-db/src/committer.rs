@@ -21,6 +21,9 @@
 //!   the engine; that commit and every later one fail, nothing is retried.
 //! - **Delayed commits** are fsynced within `delayed_flush_ms`, and before
 //!   the committer exits (when its writer retires or shuts down).
+//! - **No hand-off when alone.** When the pipe is empty and no request
+//!   waits behind the group, the writer commits it on its own thread
+//!   (same code, same lock): a lone request does not pay a thread wake-up.
 //! - [`Progress`] tells the writer which commits are done, so it can drop
 //!   the in-flight records it keeps for them and wait for an empty pipe.
 
@@ -116,6 +119,7 @@ impl Progress {
 pub(crate) struct Pipe {
     tx: Option<Sender<Commit>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    core: Arc<Mutex<Core>>,
     pub progress: Arc<Progress>,
     /// The last group handed over.
     pub sent: u64,
@@ -126,11 +130,15 @@ impl Pipe {
     pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Pipe> {
         let (tx, rx) = crossbeam_channel::bounded(PIPELINE_DEPTH);
         let progress = Arc::new(Progress::default());
-        let committer = Committer {
+        let core = Arc::new(Mutex::new(Core {
             shared: shared.clone(),
-            rx,
             progress: progress.clone(),
             unsynced_since: None,
+        }));
+        let committer = Committer {
+            rx,
+            core: core.clone(),
+            tick: Duration::from_millis((shared.opts.delayed_flush_ms / 10).max(1)),
         };
         let thread = std::thread::Builder::new()
             .name(format!("commit-{}", shared.db))
@@ -138,14 +146,22 @@ impl Pipe {
         Ok(Pipe {
             tx: Some(tx),
             thread: Some(thread),
+            core,
             progress,
             sent: 0,
         })
     }
 
     /// Hands a commit over (blocks while `PIPELINE_DEPTH` wait already).
-    pub(crate) fn send(&mut self, commit: Commit) {
+    /// With `inline` and nothing in the pipe, the calling thread commits it
+    /// itself: a lone request then skips a thread hand-off.
+    pub(crate) fn send(&mut self, commit: Commit, inline: bool) {
+        let previous = self.sent;
         self.sent = commit.group;
+        if inline && self.progress.done() == previous {
+            // Drained: no commit can be ahead of this one.
+            return self.core.lock().commit(vec![commit]);
+        }
         let Some(tx) = &self.tx else {
             return fail(vec![commit], &Error::Closed);
         };
@@ -183,41 +199,56 @@ fn fail(commits: Vec<Commit>, e: &Error) {
     }
 }
 
+/// The committer thread: takes commits off the queue and flushes delayed
+/// commits in time.
 struct Committer {
-    shared: Arc<Shared>,
     rx: Receiver<Commit>,
-    progress: Arc<Progress>,
-    /// When the oldest write not yet fsynced was made.
-    unsynced_since: Option<Instant>,
+    core: Arc<Mutex<Core>>,
+    /// How often an idle committer checks for a due delayed-commit fsync
+    /// (the writer may have written one inline meanwhile).
+    tick: Duration,
 }
 
 impl Committer {
-    fn run(mut self) {
+    fn run(self) {
         loop {
-            let next = match self.unsynced_since {
-                Some(t) => self
-                    .rx
-                    .recv_deadline(t + Duration::from_millis(self.shared.opts.delayed_flush_ms)),
-                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match next {
+            match self.rx.recv_timeout(self.tick) {
                 Ok(first) => {
                     let mut commits = vec![first];
                     commits.extend(self.rx.try_iter());
-                    self.commit(commits);
+                    self.core.lock().commit(commits);
                 }
-                Err(RecvTimeoutError::Timeout) => self.sync(),
+                Err(RecvTimeoutError::Timeout) => self.core.lock().sync_if_due(self.tick),
                 Err(RecvTimeoutError::Disconnected) => {
-                    if self.unsynced_since.is_some() {
-                        self.sync();
-                    }
+                    self.core.lock().sync_if_due(Duration::MAX);
                     return;
                 }
             }
         }
     }
+}
 
-    fn sync(&mut self) {
+/// Writing, fsyncing, publishing and answering: done by the committer
+/// thread, or by the writer itself when the pipe is empty (one at a time).
+struct Core {
+    shared: Arc<Shared>,
+    progress: Arc<Progress>,
+    /// When the oldest write not yet fsynced was made.
+    unsynced_since: Option<Instant>,
+}
+
+impl Core {
+    /// Fsyncs unsynced writes that are due within `slack` (all of them
+    /// with `Duration::MAX`), so a delayed commit is durable within
+    /// `delayed_flush_ms`.
+    fn sync_if_due(&mut self, slack: Duration) {
+        let Some(since) = self.unsynced_since else {
+            return;
+        };
+        let flush_after = Duration::from_millis(self.shared.opts.delayed_flush_ms);
+        if since.elapsed().saturating_add(slack) < flush_after {
+            return;
+        }
         if self.shared.poison.check().is_err() {
             // Nothing more reaches the disk; there is nothing to wait for.
             self.unsynced_since = None;

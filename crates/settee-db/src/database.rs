@@ -269,11 +269,7 @@ impl Database {
     /// full commit needs: the log is written in order, so that fsync makes
     /// every earlier chunk durable too, and the caller is answered only
     /// when every chunk is done.
-    fn update_requests(
-        &self,
-        mut docs: Vec<Doc>,
-        opts: UpdateOptions,
-    ) -> Result<Vec<UpdateChunk>> {
+    fn update_requests(&self, mut docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<UpdateChunk>> {
         if docs.len() > self.shared.opts.update_docs_max {
             return Err(Error::BadRequest(format!(
                 "too many documents in one request (limit {})",

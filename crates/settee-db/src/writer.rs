@@ -334,13 +334,19 @@ impl Writer {
             self.inflight.insert(id, (self.group, rec));
         }
         self.state = state.clone();
-        self.pipe.send(Commit {
-            group: self.group,
-            batch,
-            sync,
-            state,
-            replies,
-        });
+        // Nothing queued behind this group: nothing to overlap its write
+        // with, so the writer may write it itself.
+        let alone = self.rx.is_empty();
+        self.pipe.send(
+            Commit {
+                group: self.group,
+                batch,
+                sync,
+                state,
+                replies,
+            },
+            alone,
+        );
     }
 }
 
