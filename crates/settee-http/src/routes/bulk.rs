@@ -35,16 +35,32 @@ enum Slot {
     Done(Result<String, DocFailure>),
 }
 
-fn push_result(out: &mut String, id: &str, result: &Result<String, DocFailure>) {
-    match result {
-        Ok(rev) => {
-            out.push_str("{\"ok\":true,\"id\":");
-            push_str(out, id);
-            out.push_str(",\"rev\":");
+/// A document's outcome as rendered: its new revision, a `_local`
+/// document's revision text, or why it failed.
+enum Outcome<'a> {
+    Rev(&'a Rev),
+    Text(&'a str),
+    Failed(&'a DocFailure),
+}
+
+fn push_result(out: &mut String, id: &str, outcome: Outcome<'_>) {
+    let push_ok = |out: &mut String| {
+        out.push_str("{\"ok\":true,\"id\":");
+        push_str(out, id);
+        out.push_str(",\"rev\":");
+    };
+    match outcome {
+        Outcome::Rev(rev) => {
+            push_ok(out);
+            push_rev(out, rev);
+            out.push('}');
+        }
+        Outcome::Text(rev) => {
+            push_ok(out);
             push_str(out, rev);
             out.push('}');
         }
-        Err(f) => push_failure(out, id, f),
+        Outcome::Failed(f) => push_failure(out, id, f),
     }
 }
 
@@ -153,23 +169,24 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     out.push('[');
     let mut first = true;
     for (id, slot) in &slots {
-        let result = match slot {
+        let outcome = match slot {
             Slot::Engine(i) => match results.get(*i) {
-                Some(Ok(rev)) => Ok(rev.to_string()),
-                Some(Err(f)) => Err(f.clone()),
+                Some(Ok(rev)) => Outcome::Rev(rev),
+                Some(Err(f)) => Outcome::Failed(f),
                 // Batch durability: accepted, no revision yet.
                 None => continue,
             },
-            Slot::Done(r) => r.clone(),
+            Slot::Done(Ok(rev)) => Outcome::Text(rev),
+            Slot::Done(Err(f)) => Outcome::Failed(f),
         };
-        if !new_edits && result.is_ok() {
+        if !new_edits && !matches!(outcome, Outcome::Failed(_)) {
             continue;
         }
         if !first {
             out.push(',');
         }
         first = false;
-        push_result(&mut out, id, &result);
+        push_result(&mut out, id, outcome);
     }
     out.push(']');
     Ok(json_response(StatusCode::CREATED, out))
