@@ -32,6 +32,10 @@ use crate::error::{ApiError, ApiResult};
 /// documented limit; 64 levels is far beyond real documents and keeps
 /// recursive processing (rendering, selectors) cheap and stack-safe.
 pub const MAX_JSON_DEPTH: usize = 64;
+/// Oversized bodies up to this size are read and dropped before the 413.
+const OVERSIZED_DRAIN_MAX: u64 = 1 << 20;
+/// How long an oversized body may take to drain.
+const OVERSIZED_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest wait for a request body to arrive.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -208,7 +212,16 @@ impl Req {
         let declared = self
             .header(header::CONTENT_LENGTH)
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.settings.max_http_request_size) {
+        if let Some(n) = declared.filter(|n| *n > self.settings.max_http_request_size) {
+            // A client still sending a modestly oversized body gets the 413
+            // instead of a reset connection: read and drop it first (bounded
+            // in bytes and time; a larger body is refused at once).
+            if n <= OVERSIZED_DRAIN_MAX {
+                if let Some(body) = self.body.get_mut().take() {
+                    let drain = http_body_util::Limited::new(body, OVERSIZED_DRAIN_MAX as usize);
+                    drop(tokio::time::timeout(OVERSIZED_DRAIN_TIMEOUT, drain.collect()).await);
+                }
+            }
             return Err(ApiError::request_too_large());
         }
         let Some(body) = self.body.get_mut().take() else {
