@@ -140,6 +140,26 @@ impl Doc {
                 "Document must be a JSON object".into(),
             ));
         };
+        let specials = Specials::lift(&mut map, fallback_id)?;
+        Ok(specials.into_doc(Body::from_checked_map(&map)))
+    }
+}
+
+/// The special members of a document, lifted out of its JSON object.
+pub(crate) struct Specials {
+    id: String,
+    rev: Option<Rev>,
+    deleted: bool,
+    revisions: Option<Vec<Rev>>,
+}
+
+impl Specials {
+    /// Removes and checks every `_` member of `map`; any left that CouchDB
+    /// does not know is an error (400 doc_validation).
+    pub(crate) fn lift(
+        map: &mut Map<String, Value>,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Result<Specials, DocError> {
         let id = match map.shift_remove("_id") {
             Some(Value::String(s)) => s,
             Some(_) => return Err(DocError::BadRequest("Document id must be a string".into())),
@@ -184,13 +204,30 @@ impl Doc {
                 "Bad special document member: {k}"
             )));
         }
-        Ok(Doc {
+        Ok(Specials {
             id,
             rev,
             deleted,
             revisions,
-            body: Body::from_checked_map(&map),
         })
+    }
+
+    pub(crate) fn into_doc(self, body: Body) -> Doc {
+        Doc {
+            id: self.id,
+            rev: self.rev,
+            deleted: self.deleted,
+            revisions: self.revisions,
+            body,
+        }
+    }
+}
+
+impl Body {
+    /// Wraps text built by [`crate::doc_text`], which produces exactly what
+    /// serializing the same members would.
+    pub(crate) fn from_built(text: String) -> Body {
+        Body(text)
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod collate;
 pub mod doc;
+pub mod doc_text;
 pub mod name;
 pub mod rev;
 pub mod revtree;

@@ -255,16 +255,17 @@ impl Req {
 
     /// The body parsed as JSON into `T`, requiring a JSON content type.
     pub async fn json<T: DeserializeOwned>(&mut self) -> ApiResult<T> {
+        let bytes = self.json_bytes().await?;
+        serde_json::from_slice(&bytes).map_err(body_error)
+    }
+
+    /// The body of a JSON request, checked for content type, size and
+    /// nesting depth but not parsed (for callers that parse it lazily).
+    pub async fn json_bytes(&mut self) -> ApiResult<Bytes> {
         self.require_json_ctype()?;
         let bytes = self.body_bytes().await?;
         check_depth(&bytes)?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            if e.is_data() {
-                ApiError::bad_request(format!("Invalid request body: {e}"))
-            } else {
-                ApiError::invalid_json()
-            }
-        })
+        Ok(bytes)
     }
 
     /// The durability a write asks for: `batch=ok`, then the
@@ -306,6 +307,16 @@ fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Parses JSON text after the depth check.
+/// A request body that is not the JSON the endpoint wants: 400
+/// `bad_request` when it is JSON of the wrong shape, `invalid_json` else.
+pub fn body_error(e: serde_json::Error) -> ApiError {
+    if e.is_data() {
+        ApiError::bad_request(format!("Invalid request body: {e}"))
+    } else {
+        ApiError::invalid_json()
+    }
+}
+
 pub fn parse_json_bytes(bytes: &[u8]) -> ApiResult<Value> {
     check_depth(bytes)?;
     serde_json::from_slice(bytes).map_err(|_| ApiError::invalid_json())

@@ -14,6 +14,9 @@ use std::sync::atomic::Ordering;
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
@@ -25,7 +28,7 @@ use super::doc::push_open_rev;
 use crate::auth::{require_db_reader, require_db_writer, require_design_writer};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
-use crate::request::{local_parts, parse_id_revs, parse_rev, Req};
+use crate::request::{body_error, local_parts, parse_id_revs, parse_rev, Req};
 use crate::state::App;
 
 /// The outcome of one document of a `_bulk_docs` request.
@@ -79,22 +82,34 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     allow(req, &[Method::POST], "POST")?;
     require_db_writer(&req.settings, &req.user)?;
     let db = app.db(name)?;
-    let body: Map<String, Value> = req.json().await?;
-    let mut body = body;
-    let Some(Value::Array(docs)) = body.shift_remove("docs") else {
-        return Err(ApiError::bad_request(
-            "POST body must include `docs` parameter.",
-        ));
+    let bytes = req.json_bytes().await?;
+    // Members parsed lazily: the documents stay raw text until each is
+    // turned into a `Doc` (see `Doc::from_json_text`).
+    let body: BTreeMap<String, &RawValue> = serde_json::from_slice(&bytes).map_err(body_error)?;
+    let docs: Vec<&RawValue> = match body.get("docs").map(|d| serde_json::from_str(d.get())) {
+        Some(Ok(docs)) => docs,
+        _ => {
+            return Err(ApiError::bad_request(
+                "POST body must include `docs` parameter.",
+            ))
+        }
     };
-    let flag = |v: Option<&Value>, default: bool| match v {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(ApiError::bad_request(
-            "`new_edits` and `all_or_nothing` must be booleans",
-        )),
+    let flag = |name: &str, default: bool| {
+        let value: Option<Value> = body
+            .get(name)
+            .map(|v| serde_json::from_str(v.get()))
+            .transpose()
+            .map_err(body_error)?;
+        match value {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(b)) => Ok(b),
+            Some(_) => Err(ApiError::bad_request(
+                "`new_edits` and `all_or_nothing` must be booleans",
+            )),
+        }
     };
-    let new_edits = flag(body.get("new_edits"), true)?;
-    let all_or_nothing = flag(body.get("all_or_nothing"), false)?;
+    let new_edits = flag("new_edits", true)?;
+    let all_or_nothing = flag("all_or_nothing", false)?;
     if docs.len() as u64 > req.settings.max_bulk_docs_count {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -107,23 +122,31 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     let mut engine_docs = Vec::with_capacity(docs.len());
     let mut slots: Vec<(String, Slot)> = Vec::with_capacity(docs.len());
     let mut locals: Vec<(usize, String, Option<String>, Option<Body>)> = Vec::new();
-    for value in docs {
-        let local_id = value
-            .get("_id")
-            .and_then(Value::as_str)
-            .filter(|id| id.starts_with("_local/"))
-            .map(str::to_string);
-        if let Some(id) = local_id {
-            validate_doc_id(&id)?;
-            let Value::Object(map) = value else {
-                return Err(ApiError::bad_request("Document must be a JSON object"));
-            };
-            let (rev, body) = local_parts(map)?;
-            locals.push((slots.len(), id.clone(), rev, body));
-            slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
-            continue;
-        }
-        let doc = Doc::from_json(value, || app.new_uuid())?;
+    for raw in docs {
+        let text = raw.get();
+        // Without "_local" (or a \u escape that could spell it) the id
+        // cannot name a local document: the fast path applies.
+        let doc = if text.contains("_local") || text.contains("\\u") {
+            let value: Value = serde_json::from_str(text).map_err(body_error)?;
+            let local_id = value
+                .get("_id")
+                .and_then(Value::as_str)
+                .filter(|id| id.starts_with("_local/"))
+                .map(str::to_string);
+            if let Some(id) = local_id {
+                validate_doc_id(&id)?;
+                let Value::Object(map) = value else {
+                    return Err(ApiError::bad_request("Document must be a JSON object"));
+                };
+                let (rev, body) = local_parts(map)?;
+                locals.push((slots.len(), id.clone(), rev, body));
+                slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
+                continue;
+            }
+            Doc::from_json(value, || app.new_uuid())?
+        } else {
+            Doc::from_json_text(text, || app.new_uuid())?
+        };
         if doc.id.starts_with("_design/") {
             require_design_writer(&req.user)?;
         }

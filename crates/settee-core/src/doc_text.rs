@@ -1,0 +1,265 @@
+//! Documents parsed straight from JSON text, without building a
+//! `serde_json::Value` tree for the body (the hot path of `_bulk_docs`).
+//!
+//! Invariant: [`Doc::from_json_text`] returns exactly what
+//! [`Doc::from_json`] returns for the same text — the same id, revision,
+//! flags, body bytes (so the same revision hash) and the same errors. The
+//! body is assembled from the members' raw text only where that text is
+//! already what serializing the parsed value would print (no whitespace,
+//! escapes, floats or nested objects); anything else is parsed and
+//! re-serialized, and a document with a repeated member falls back to the
+//! `Value` path altogether.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::doc::{Body, Doc, DocError, Specials};
+
+/// A member name, borrowed from the input unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The top-level members of a JSON object, in order, values unparsed.
+struct Members<'a>(Vec<(Key<'a>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::with_capacity(m.size_hint().unwrap_or(4));
+                while let Some(entry) = m.next_entry::<Key<'de>, &'de RawValue>()? {
+                    members.push(entry);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(MembersVisitor)
+    }
+}
+
+impl Members<'_> {
+    fn has_repeated_name(&self) -> bool {
+        let names = &self.0;
+        if names.len() <= 16 {
+            names
+                .iter()
+                .enumerate()
+                .any(|(i, (a, _))| names[..i].iter().any(|(b, _)| a.0 == b.0))
+        } else {
+            let mut seen = std::collections::HashSet::with_capacity(names.len());
+            !names.iter().all(|(k, _)| seen.insert(&*k.0))
+        }
+    }
+}
+
+/// Whether `raw` (valid JSON) is byte for byte what serde_json prints for
+/// the value it denotes. Conservative: `false` only costs a re-parse.
+fn is_canonical(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let mut i = 0;
+    let mut in_str = false;
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            match c {
+                b'"' => in_str = false,
+                b'\\' => return false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' => in_str = true,
+            // A nested object may repeat a name, which the Value path collapses.
+            b'{' | b' ' | b'\t' | b'\n' | b'\r' => return false,
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let num = &b[start..i];
+                // Floats are re-printed by serde_json; "-0" becomes "0";
+                // long integers may not fit 64 bits.
+                if num.len() > 18
+                    || num == b"-0"
+                    || num.iter().any(|c| matches!(c, b'.' | b'e' | b'E' | b'+'))
+                {
+                    return false;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Appends `name` as a JSON string, escaped as serde_json escapes it.
+fn push_name(out: &mut String, name: &str) {
+    if name.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\') {
+        out.push('"');
+        out.push_str(name);
+        out.push('"');
+    } else {
+        // Serializing a str cannot fail.
+        out.push_str(&serde_json::to_string(name).expect("a str serializes"));
+    }
+}
+
+fn bad_json(e: serde_json::Error) -> DocError {
+    DocError::BadRequest(format!("Invalid document: {e}"))
+}
+
+impl Doc {
+    /// [`Doc::from_json`] of the JSON text `text`, without building the
+    /// body's value tree when it can (see the module doc).
+    pub fn from_json_text(
+        text: &str,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Result<Doc, DocError> {
+        let members = match serde_json::from_str::<Members<'_>>(text) {
+            Ok(m) if !m.has_repeated_name() => m,
+            // Not an object, or a repeated member: the general path decides.
+            _ => {
+                let value: Value = serde_json::from_str(text).map_err(bad_json)?;
+                return Doc::from_json(value, fallback_id);
+            }
+        };
+        let mut specials = Map::new();
+        let mut body = String::with_capacity(text.len());
+        body.push('{');
+        for (Key(name), raw) in members.0 {
+            if name.starts_with('_') {
+                let value: Value = serde_json::from_str(raw.get()).map_err(bad_json)?;
+                specials.insert(name.into_owned(), value);
+                continue;
+            }
+            if body.len() > 1 {
+                body.push(',');
+            }
+            push_name(&mut body, &name);
+            body.push(':');
+            if is_canonical(raw.get()) {
+                body.push_str(raw.get());
+            } else {
+                let value: Value = serde_json::from_str(raw.get()).map_err(bad_json)?;
+                body.push_str(&serde_json::to_string(&value).map_err(bad_json)?);
+            }
+        }
+        body.push('}');
+        let specials = Specials::lift(&mut specials, fallback_id)?;
+        Ok(specials.into_doc(Body::from_built(body)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn both(text: &str) -> (Result<Doc, DocError>, Result<Doc, DocError>) {
+        let slow = serde_json::from_str::<Value>(text)
+            .map_err(bad_json)
+            .and_then(|v| Doc::from_json(v, || "gen".into()));
+        (Doc::from_json_text(text, || "gen".into()), slow)
+    }
+
+    #[test]
+    fn same_as_the_value_path_on_edge_cases() {
+        let cases = [
+            r#"{"_id":"a","foo":"bar"}"#,
+            r#"{ "_id" : "a" , "foo" : [1, 2, {"x": 1.50}] }"#,
+            r#"{"_id":"a","n":-0,"m":1e3,"k":12345678901234567890,"s":"\u0041\n"}"#,
+            r#"{"_id":"a","o":{"d":1,"d":2}}"#,
+            r#"{"_id":"a","x":1,"x":2}"#,
+            r#"{"_id":"a","we\"ird":true,"\u00e9":null,"é":[]}"#,
+            r#"{"_id":"a","_rev":"1-x","_revisions":{"start":1,"ids":["x"]},"v":1}"#,
+            r#"{"_id":"a","_deleted":true}"#,
+            r#"{"foo":"no id"}"#,
+            r#"{"_id":"a","_foo":1}"#,
+            r#"{"_id":5}"#,
+            r#"{"_id":"a","_rev":"bad"}"#,
+            r#"{"_id":"a","_attachments":{"f":{}}}"#,
+            r#"[1]"#,
+            r#""text""#,
+        ];
+        for c in cases {
+            let (fast, slow) = both(c);
+            assert_eq!(fast, slow, "{c}");
+        }
+        let (fast, _) = both(r#"{ "_id" : "a" , "foo" : [1, 2, {"x": 1.50}] }"#);
+        assert_eq!(fast.unwrap().body.as_str(), r#"{"foo":[1,2,{"x":1.5}]}"#);
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[a-z\"\\\\ é\n]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec(("[a-z_\"]{1,3}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn fast_path_equals_value_path(
+            members in prop::collection::vec(("[a-z_]{1,4}", json_value()), 0..6),
+            id in "[a-z]{1,4}",
+            pretty in any::<bool>(),
+        ) {
+            let mut map: Map<String, Value> = members.into_iter().collect();
+            map.insert("_id".into(), Value::String(id));
+            let value = Value::Object(map);
+            let text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            let (fast, slow) = both(&text);
+            prop_assert_eq!(fast, slow);
+        }
+    }
+}
