@@ -258,7 +258,7 @@ pub fn revisions_json<'a>(path: impl IntoIterator<Item = &'a Rev>) -> Value {
         if i == 0 {
             start = r.pos;
         }
-        ids.push(Value::String(r.hash.clone()));
+        ids.push(Value::String(r.hash.to_string()));
     }
     serde_json::json!({"start": start, "ids": ids})
 }

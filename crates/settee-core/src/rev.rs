@@ -27,7 +27,88 @@ pub const REV_HASH_BYTES_MAX: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rev {
     pub pos: u64,
-    pub hash: String,
+    pub hash: RevHash,
+}
+
+/// The hash part of a revision id. Every 32-digit lowercase hex hash is
+/// held as its 16 bytes (no allocation, no hex conversions on the hot
+/// path), anything else as text; the text form is the same either way.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum RevHash {
+    Md5([u8; 16]),
+    Text(Box<str>),
+}
+
+impl RevHash {
+    /// The hash spelled `text` (normalized: lowercase hex digests as bytes).
+    pub fn from_text(text: &str) -> RevHash {
+        match md5_bytes(text) {
+            Some(b) => RevHash::Md5(b),
+            None => RevHash::Text(text.into()),
+        }
+    }
+
+    /// Runs `f` on the text form (on the stack for a digest).
+    pub fn with_text<T>(&self, f: impl FnOnce(&str) -> T) -> T {
+        match self {
+            RevHash::Md5(b) => {
+                let mut buf = [0u8; 32];
+                f(hex_digits(b, &mut buf))
+            }
+            RevHash::Text(t) => f(t),
+        }
+    }
+
+    /// Length of the text form.
+    pub fn text_len(&self) -> usize {
+        match self {
+            RevHash::Md5(_) => 32,
+            RevHash::Text(t) => t.len(),
+        }
+    }
+}
+
+/// The lowercase hex digits of `bytes`, written into `buf`.
+fn hex_digits<'b>(bytes: &[u8; 16], buf: &'b mut [u8; 32]) -> &'b str {
+    // 16 bytes always fit 32 digits.
+    hex::encode_to_slice(bytes, buf).expect("16 bytes fit 32 hex digits");
+    std::str::from_utf8(buf).expect("hex digits are ASCII")
+}
+
+fn md5_bytes(hash: &str) -> Option<[u8; 16]> {
+    let lower_hex =
+        hash.len() == 32 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let mut out = [0u8; 16];
+    (lower_hex && hex::decode_to_slice(hash, &mut out).is_ok()).then_some(out)
+}
+
+impl fmt::Display for RevHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_text(|t| f.write_str(t))
+    }
+}
+
+impl fmt::Debug for RevHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_text(|t| write!(f, "{t:?}"))
+    }
+}
+
+impl PartialOrd for RevHash {
+    fn partial_cmp(&self, other: &RevHash) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Hashes order by their text's bytes (CouchDB's order). Lowercase hex
+/// digits sort as the bytes they spell, so two digests compare as bytes.
+impl Ord for RevHash {
+    fn cmp(&self, other: &RevHash) -> Ordering {
+        match (self, other) {
+            (RevHash::Md5(a), RevHash::Md5(b)) => a.cmp(b),
+            _ => self.with_text(|a| other.with_text(|b| a.as_bytes().cmp(b.as_bytes()))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -35,10 +116,10 @@ pub struct Rev {
 pub struct RevParseError;
 
 impl Rev {
-    pub fn new(pos: u64, hash: impl Into<String>) -> Rev {
+    pub fn new(pos: u64, hash: impl AsRef<str>) -> Rev {
         Rev {
             pos,
-            hash: hash.into(),
+            hash: RevHash::from_text(hash.as_ref()),
         }
     }
 
@@ -50,20 +131,17 @@ impl Rev {
         match parent {
             Some(p) => {
                 h.update(p.pos.to_be_bytes());
-                h.update((p.hash.len() as u64).to_be_bytes());
-                h.update(p.hash.as_bytes());
+                p.hash.with_text(|t| {
+                    h.update((t.len() as u64).to_be_bytes());
+                    h.update(t.as_bytes());
+                });
             }
             None => h.update(0u64.to_be_bytes()),
         }
         h.update(body);
-        let mut hex_buf = [0u8; 32];
-        // 16 digest bytes always fit 32 hex digits (hex::encode would build
-        // the String a char at a time).
-        hex::encode_to_slice(h.finalize(), &mut hex_buf).expect("md5 digest is 16 bytes");
-        let hash = String::from_utf8(hex_buf.to_vec()).expect("hex digits are ASCII");
         Rev {
             pos: parent.map_or(1, |p| p.pos + 1),
-            hash,
+            hash: RevHash::Md5(h.finalize().into()),
         }
     }
 }
@@ -75,18 +153,11 @@ enum StoredHash<'a> {
     Text(std::borrow::Cow<'a, str>),
 }
 
-fn hash_bytes(hash: &str) -> Option<[u8; 16]> {
-    let lower_hex =
-        hash.len() == 32 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    let mut out = [0u8; 16];
-    (lower_hex && hex::decode_to_slice(hash, &mut out).is_ok()).then_some(out)
-}
-
 impl Serialize for Rev {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let hash = match hash_bytes(&self.hash) {
-            Some(b) => StoredHash::Md5(b),
-            None => StoredHash::Text(std::borrow::Cow::Borrowed(&self.hash)),
+        let hash = match &self.hash {
+            RevHash::Md5(b) => StoredHash::Md5(*b),
+            RevHash::Text(t) => StoredHash::Text(std::borrow::Cow::Borrowed(t)),
         };
         (self.pos, hash).serialize(s)
     }
@@ -94,10 +165,10 @@ impl Serialize for Rev {
 
 impl<'de> Deserialize<'de> for Rev {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Rev, D::Error> {
-        let (pos, hash) = <(u64, StoredHash<'static>)>::deserialize(d)?;
+        let (pos, hash) = <(u64, StoredHash<'de>)>::deserialize(d)?;
         let hash = match hash {
-            StoredHash::Md5(b) => hex::encode(b),
-            StoredHash::Text(t) => t.into_owned(),
+            StoredHash::Md5(b) => RevHash::Md5(b),
+            StoredHash::Text(t) => RevHash::from_text(&t),
         };
         Ok(Rev { pos, hash })
     }
@@ -122,10 +193,7 @@ impl FromStr for Rev {
         {
             return Err(RevParseError);
         }
-        Ok(Rev {
-            pos,
-            hash: hash.to_string(),
-        })
+        Ok(Rev::new(pos, hash))
     }
 }
 
@@ -140,12 +208,12 @@ impl PartialOrd for Rev {
     }
 }
 
-/// Revisions order by generation, then by hash bytes (CouchDB's order).
+/// Revisions order by generation, then by hash text bytes (CouchDB's order).
 impl Ord for Rev {
     fn cmp(&self, other: &Rev) -> Ordering {
         self.pos
             .cmp(&other.pos)
-            .then_with(|| self.hash.as_bytes().cmp(other.hash.as_bytes()))
+            .then_with(|| self.hash.cmp(&other.hash))
     }
 }
 
@@ -193,11 +261,39 @@ mod tests {
     }
 
     #[test]
+    fn hashes_keep_their_text_and_its_order() {
+        let digest = "0123456789abcdef0123456789abcdef";
+        for t in [digest, "ABCDEF0123456789abcdef0123456789", "x", "0123"] {
+            assert_eq!(Rev::new(1, t).to_string(), format!("1-{t}"));
+            assert_eq!(Rev::new(1, t).hash.text_len(), t.len());
+        }
+        assert_eq!(
+            Rev::new(1, digest).hash,
+            RevHash::Md5(hex::decode(digest).unwrap().try_into().unwrap())
+        );
+        // Order is the text's byte order, across both forms.
+        let mut texts = vec![
+            "f",
+            digest,
+            "ffffffffffffffffffffffffffffffff",
+            "0",
+            "A",
+            "00000000000000000000000000000000",
+        ];
+        let mut revs: Vec<Rev> = texts.iter().map(|t| Rev::new(2, t)).collect();
+        texts.sort_unstable();
+        revs.sort();
+        let sorted: Vec<String> = revs.iter().map(|r| r.hash.to_string()).collect();
+        assert_eq!(sorted, texts);
+    }
+
+    #[test]
     fn next_is_deterministic_and_sensitive() {
         let a = Rev::next(None, false, b"{\"a\":1}");
         assert_eq!(a, Rev::next(None, false, b"{\"a\":1}"));
         assert_eq!(a.pos, 1);
-        assert_eq!(a.hash.len(), 32);
+        assert_eq!(a.hash.text_len(), 32);
+        assert!(matches!(a.hash, RevHash::Md5(_)));
         assert_ne!(a, Rev::next(None, true, b"{\"a\":1}"));
         assert_ne!(a, Rev::next(None, false, b"{\"a\":2}"));
         let b = Rev::next(Some(&a), false, b"{\"a\":1}");

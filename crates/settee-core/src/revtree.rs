@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::rev::Rev;
+use crate::rev::{Rev, RevHash};
 
 /// One revision in a tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -423,8 +423,8 @@ fn status(n: &Node) -> RevStatus {
     }
 }
 
-fn winner_key(l: &Leaf) -> (bool, u64, &[u8]) {
-    (!l.deleted, l.rev.pos, l.rev.hash.as_bytes())
+fn winner_key(l: &Leaf) -> (bool, u64, &RevHash) {
+    (!l.deleted, l.rev.pos, &l.rev.hash)
 }
 
 #[cfg(test)]

@@ -59,12 +59,12 @@ pub fn seq_of(key: &[u8]) -> u64 {
 
 /// Body key of one revision: db, id length, id, generation, hash.
 pub fn body(db: DbId, id: &str, rev: &Rev) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + 4 + id.len() + 8 + rev.hash.len());
+    let mut k = Vec::with_capacity(8 + 4 + id.len() + 8 + rev.hash.text_len());
     k.extend_from_slice(&db.to_be_bytes());
     k.extend_from_slice(&(id.len() as u32).to_be_bytes());
     k.extend_from_slice(id.as_bytes());
     k.extend_from_slice(&rev.pos.to_be_bytes());
-    k.extend_from_slice(rev.hash.as_bytes());
+    rev.hash.with_text(|t| k.extend_from_slice(t.as_bytes()));
     k
 }
 

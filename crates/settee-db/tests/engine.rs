@@ -102,7 +102,7 @@ fn edits_conflicts_and_winner() {
     let sibling = Rev::new(2, "ffffffffffffffffffffffffffffffff");
     let res = db
         .update(
-            vec![doc(json!({"_id": "doc", "_rev": sibling.to_string(), "_revisions": {"start": 2, "ids": [sibling.hash, r1.hash]}, "v": "s"}))],
+            vec![doc(json!({"_id": "doc", "_rev": sibling.to_string(), "_revisions": {"start": 2, "ids": [sibling.hash.to_string(), r1.hash.to_string()]}, "v": "s"}))],
             UpdateOptions { new_edits: false, ..Default::default() },
         )
         .unwrap();
@@ -514,7 +514,7 @@ fn compaction_drops_old_bodies_but_keeps_every_leaf() {
     let r2 = put(&db, json!({"_id": "a", "_rev": r1.to_string(), "v": 2}));
     let conflict = Rev::new(2, "0000");
     db.update(
-        vec![doc(json!({"_id": "a", "_rev": "2-0000", "_revisions": {"start": 2, "ids": ["0000", r1.hash]}, "v": "c"}))],
+        vec![doc(json!({"_id": "a", "_rev": "2-0000", "_revisions": {"start": 2, "ids": ["0000", r1.hash.to_string()]}, "v": "c"}))],
         UpdateOptions { new_edits: false, ..Default::default() },
     )
     .unwrap();

@@ -46,14 +46,16 @@ pub fn push_rev(out: &mut String, rev: &Rev) {
     out.push('-');
     // Hashes we generate are hex; replicated ones are checked by Rev parsing
     // but may hold any character, so escape through the general path.
-    if rev.hash.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        out.push_str(&rev.hash);
-        out.push('"');
-    } else {
-        let mut tmp = String::new();
-        push_str(&mut tmp, &rev.hash);
-        out.push_str(&tmp[1..]);
-    }
+    rev.hash.with_text(|hash| {
+        if hash.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            out.push_str(hash);
+            out.push('"');
+        } else {
+            let mut tmp = String::new();
+            push_str(&mut tmp, hash);
+            out.push_str(&tmp[1..]);
+        }
+    });
 }
 
 pub fn push_u64(out: &mut String, n: u64) {
@@ -127,7 +129,7 @@ pub fn push_doc(out: &mut String, d: &DocRead, extras: Extras) {
             if i > 0 {
                 out.push(',');
             }
-            push_str(out, &r.hash);
+            r.hash.with_text(|hash| push_str(out, hash));
         }
         out.push_str("]}");
     }
