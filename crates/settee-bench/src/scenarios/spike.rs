@@ -129,17 +129,15 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
     cleanup(&ctx.target, &db).await;
     samples.sort_by_key(|s| s.at_us);
     let messages = errors.take();
-    let phase = |name: &str, from: Duration, to: Duration, cpu: Duration| {
+    // Samples of [from, to) by start time; `wall` is the phase's length.
+    let phase = |name: &str, from: Duration, to: Duration, wall: Duration, cpu: Duration| {
         let run = Run {
             samples: samples
                 .iter()
                 .filter(|s| s.at_us >= from.as_micros() as u64 && s.at_us < to.as_micros() as u64)
                 .copied()
                 .collect(),
-            measured: Measured {
-                wall: to - from,
-                cpu,
-            },
+            measured: Measured { wall, cpu },
             error_messages: messages.clone(),
         };
         Outcome::from_run(&ctx, "spike", name, "docs", run)
@@ -148,19 +146,24 @@ async fn run(ctx: Arc<Ctx>) -> Result<Vec<Outcome>, BenchError> {
         "spike_before",
         Duration::ZERO,
         p,
+        p,
         cpu[1].saturating_sub(cpu[0]),
     );
-    let during = phase("spike_during", p, 3 * p, cpu[2].saturating_sub(cpu[1]));
+    let during = phase(
+        "spike_during",
+        p,
+        3 * p,
+        2 * p,
+        cpu[2].saturating_sub(cpu[1]),
+    );
     // Requests still in flight at the end are attributed by start time.
     let after = phase(
         "spike_after",
         3 * p,
         4 * p + Duration::from_secs(3600),
+        p,
         cpu[3].saturating_sub(cpu[2]),
     );
-    let mut after = after;
-    after.summary.elapsed_s = p.as_secs_f64();
-    after.summary.throughput = after.summary.items as f64 / p.as_secs_f64();
     let window = (4 * p).as_micros() as u64 / WINDOWS;
     let timeline: Vec<serde_json::Value> = (0..WINDOWS)
         .map(|w| {
