@@ -40,8 +40,9 @@ use crate::error::{DocFailure, Error, Result};
 use crate::records::DbState;
 use crate::writer::{DocResult, PurgeOutcome};
 
-/// Commits that may wait for the committer (besides the one it works on).
-pub(crate) const PIPELINE_DEPTH: usize = 2;
+/// Commits that may wait for the committer (besides the one it works on):
+/// deep enough for the writer to keep computing through an fsync or two.
+pub(crate) const PIPELINE_DEPTH: usize = 8;
 
 /// A reply to send once its commit is durable (or failed).
 pub(crate) enum Reply {
