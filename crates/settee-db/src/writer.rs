@@ -330,6 +330,7 @@ impl Writer {
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
         }
         self.group += 1;
+        self.inflight.reserve(records.len());
         for (id, rec) in records {
             self.inflight.insert(id, (self.group, rec));
         }
@@ -436,6 +437,7 @@ impl<'a> Ctx<'a> {
         }
         ids.sort_unstable();
         ids.dedup();
+        self.records.reserve(ids.len());
         if !self.inflight.is_empty() {
             ids.retain(|id| match self.inflight.get(*id) {
                 Some((_, rec)) => {
