@@ -55,6 +55,11 @@ impl Body {
         &self.0
     }
 
+    /// The body's text, given up without a copy.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

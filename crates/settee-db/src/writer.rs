@@ -266,9 +266,10 @@ impl Writer {
         }
         for u in buffered {
             // Nobody waits for batch-mode results; failures are only logged.
-            for (doc, r) in u.docs.iter().zip(ctx.update(&u)) {
+            let ids: Vec<String> = u.docs.iter().map(|d| d.id.clone()).collect();
+            for (id, r) in ids.iter().zip(ctx.update(u.docs, u.new_edits)) {
                 if let Err(f) = r {
-                    tracing::warn!(db = %self.shared.name, id = %doc.id, error = %f, "batch=ok update failed");
+                    tracing::warn!(db = %self.shared.name, %id, error = %f, "batch=ok update failed");
                 }
             }
         }
@@ -276,7 +277,7 @@ impl Writer {
             match req {
                 Request::Update(u) => {
                     sync |= u.durability == Durability::Full;
-                    let results = ctx.update_request(&u);
+                    let results = ctx.update_request(u.docs, u.new_edits, u.all_or_nothing);
                     if let Some(tx) = u.reply {
                         replies.push(Reply::Update(tx, results));
                     }
@@ -479,25 +480,29 @@ impl<'a> Ctx<'a> {
     }
 
     /// One update request, honouring all_or_nothing.
-    fn update_request(&mut self, u: &UpdateReq) -> Result<Vec<DocResult>> {
-        if !u.all_or_nothing {
-            return Ok(self.update(u));
+    fn update_request(
+        &mut self,
+        docs: Vec<Doc>,
+        new_edits: bool,
+        all_or_nothing: bool,
+    ) -> Result<Vec<DocResult>> {
+        if !all_or_nothing {
+            return Ok(self.update(docs, new_edits));
         }
+        let ids: Vec<String> = docs.iter().map(|d| d.id.clone()).collect();
         let cp = Checkpoint {
             state: self.state.clone(),
             ops: self.batch.ops.len(),
-            records: u
-                .docs
+            records: ids
                 .iter()
-                .map(|d| (d.id.clone(), self.records.get(&d.id).cloned().flatten()))
+                .map(|id| (id.clone(), self.records.get(id).cloned().flatten()))
                 .collect(),
         };
-        let results = self.update(u);
-        let failures: Vec<(String, DocFailure)> = u
-            .docs
-            .iter()
+        let results = self.update(docs, new_edits);
+        let failures: Vec<(String, DocFailure)> = ids
+            .into_iter()
             .zip(&results)
-            .filter_map(|(d, r)| r.as_ref().err().map(|f| (d.id.clone(), f.clone())))
+            .filter_map(|(id, r)| r.as_ref().err().map(|f| (id, f.clone())))
             .collect();
         if failures.is_empty() {
             return Ok(results);
@@ -511,14 +516,24 @@ impl<'a> Ctx<'a> {
     }
 
     /// Applies each document of a request; failures affect only their document.
-    fn update(&mut self, u: &UpdateReq) -> Vec<DocResult> {
-        u.docs
-            .iter()
-            .map(|doc| self.update_doc(doc, u.new_edits))
+    fn update(&mut self, docs: Vec<Doc>, new_edits: bool) -> Vec<DocResult> {
+        docs.into_iter()
+            .map(|doc| self.update_doc(doc, new_edits))
             .collect()
     }
 
-    fn update_doc(&mut self, doc: &Doc, new_edits: bool) -> DocResult {
+    /// Puts a record taken out of `records` back (its slot exists: it was
+    /// loaded before the group started).
+    fn put_back(&mut self, id: &str, rec: Option<DocRecord>) {
+        match self.records.get_mut(id) {
+            Some(slot) => *slot = rec,
+            None => {
+                self.records.insert(id.to_string(), rec);
+            }
+        }
+    }
+
+    fn update_doc(&mut self, doc: Doc, new_edits: bool) -> DocResult {
         if doc.id.starts_with(LOCAL_PREFIX) {
             // Local documents have no revision tree; they go through `put_local`.
             return Err(DocFailure::Bad(DocError::BadRequest(
@@ -532,25 +547,26 @@ impl<'a> Ctx<'a> {
         // it or its successor back.
         let old = self.records.get_mut(&doc.id).and_then(Option::take);
         let limit = usize::try_from(self.state.revs_limit).unwrap_or(usize::MAX);
-        let edit = update::apply(old.as_ref().map(|r| &r.tree), doc, new_edits, limit);
+        let edit = update::apply(old.as_ref().map(|r| &r.tree), &doc, new_edits, limit);
         let (tree, rev, stemmed) = match edit {
             Ok(Edit::Changed { tree, rev, stemmed }) => (tree, rev, stemmed),
             Ok(Edit::Unchanged { rev }) => {
-                self.records.insert(doc.id.clone(), old);
+                self.put_back(&doc.id, old);
                 return Ok(rev);
             }
             Err(f) => {
-                self.records.insert(doc.id.clone(), old);
+                self.put_back(&doc.id, old);
                 return Err(f);
             }
         };
+        let Doc { id, body, .. } = doc;
         for n in stemmed.iter().filter(|n| n.has_body) {
             self.batch
-                .delete(Keyspace::Bodies, keys::body(self.db, &doc.id, &n.rev));
+                .delete(Keyspace::Bodies, keys::body(self.db, &id, &n.rev));
         }
         let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
-        bodies.push((rev.clone(), doc.body.as_str().to_string()));
-        self.put_record(&doc.id, old.as_ref(), tree, bodies);
+        bodies.push((rev.clone(), body.into_string()));
+        self.put_record(&id, old.as_ref(), tree, bodies);
         Ok(rev)
     }
 
@@ -590,15 +606,12 @@ impl<'a> Ctx<'a> {
             .into_iter()
             .map(|l| (l.rev, l.deleted))
             .collect();
-        let seq_rec = SeqRecord {
-            id: id.to_string(),
-            leaves,
-        };
-        let hint = 16 + id.len() + seq_rec.leaves.len() * 48;
+        let leaves: Vec<(Rev, bool)> = leaves;
+        let hint = 16 + id.len() + leaves.len() * 48;
         self.batch.put(
             Keyspace::Seqs,
             keys::seq(db, seq),
-            encode_with_capacity(&seq_rec, hint),
+            encode_with_capacity(&SeqRecord::borrowed(id, &leaves), hint),
         );
         let rec = DocRecord { seq, tree, inline };
         self.state.external_bytes = self
