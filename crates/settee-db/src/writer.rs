@@ -106,9 +106,8 @@ pub(crate) struct Writer {
     buffered: Vec<UpdateReq>,
     buffered_docs: usize,
     buffered_since: Option<Instant>,
-    /// The committer, and the number of the last group handed to it.
+    /// The committer (it numbers the groups handed to it).
     pipe: Pipe,
-    group: u64,
     /// Records written by groups still in the pipeline, by id, with the
     /// group that wrote them last.
     inflight: Inflight,
@@ -132,7 +131,6 @@ impl Writer {
             buffered_docs: 0,
             buffered_since: None,
             pipe,
-            group: 0,
             inflight: Inflight::default(),
         }
     }
@@ -330,10 +328,10 @@ impl Writer {
         if !batch.is_empty() || state_dirty {
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
         }
-        self.group += 1;
+        let group = self.pipe.sent + 1;
         self.inflight.reserve(records.len());
         for (id, rec) in records {
-            self.inflight.insert(id, (self.group, rec));
+            self.inflight.insert(id, (group, rec));
         }
         self.state = state.clone();
         // Nothing queued behind this group: nothing to overlap its write
@@ -341,7 +339,7 @@ impl Writer {
         let alone = self.rx.is_empty();
         self.pipe.send(
             Commit {
-                group: self.group,
+                group,
                 batch,
                 sync,
                 state,
