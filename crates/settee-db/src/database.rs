@@ -262,6 +262,19 @@ impl Database {
         })
     }
 
+    /// A reader of the latest state without a storage snapshot: only for
+    /// one read whose answer stands alone — [`Reader::get`] of a document's
+    /// winning revision (its body is stored in the same record). Several
+    /// reads through it may see different states.
+    pub fn latest_reader(&self) -> Result<Reader> {
+        self.check()?;
+        Ok(Reader {
+            db: self.shared.db,
+            snap: self.shared.store.latest(),
+            poison: self.shared.poison.clone(),
+        })
+    }
+
     /// The writer requests of one update call: large calls (not
     /// all-or-nothing, not batch mode) are split into chunks of
     /// `update_chunk_docs`, so the writer computes chunk n+1 while the

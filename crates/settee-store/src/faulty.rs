@@ -96,6 +96,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.flush_memory()
     }
 
+    fn latest(&self) -> Arc<dyn Snapshot> {
+        self.inner.latest()
+    }
+
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64 {
         self.inner.approximate_size(ks, from, to)
     }

@@ -149,6 +149,14 @@ pub trait Store: Send + Sync {
         keys.iter().map(|k| self.get(ks, k)).collect()
     }
     fn snapshot(&self) -> Arc<dyn Snapshot>;
+    /// A view of the latest state without taking a snapshot: each `get`,
+    /// and each `scan` on its own, is consistent, but two reads may see
+    /// different states. For callers whose answer is one read (a document's
+    /// winning revision); cheaper than [`Store::snapshot`] where snapshots
+    /// cost something.
+    fn latest(&self) -> Arc<dyn Snapshot> {
+        self.snapshot()
+    }
     /// Asks the engine to reclaim space in `[from, to)`; may run in the background.
     fn compact_range(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> Result<()>;
     /// Asks the engine to move recent writes out of memory into files, in
