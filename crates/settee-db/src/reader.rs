@@ -2,7 +2,9 @@
 //!
 //! Invariant: a [`Reader`] reads one storage snapshot, so everything it
 //! returns reflects whole group commits only — never half a batch — and it
-//! never blocks (nor is blocked by) the writer.
+//! never blocks (nor is blocked by) the writer. The one exception is
+//! `Database::latest_reader`, for a single read (a document's winning
+//! revision): one read of one record cannot see half a batch either.
 
 use std::sync::Arc;
 
