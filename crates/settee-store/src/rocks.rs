@@ -164,34 +164,41 @@ fn mode<'k>(from: &'k [u8], to: &'k [u8], reverse: bool) -> IteratorMode<'k> {
     }
 }
 
-/// A snapshot that owns its database handle.
-struct RocksSnapshot {
+/// A read view that owns its database handle: a snapshot, or (without one)
+/// the live database, where each read sees the latest state — RocksDB
+/// records the time and takes its mutex for every snapshot.
+struct RocksView {
     // Field order matters: `snap` borrows from `db` and is dropped first.
-    snap: SnapshotWithThreadMode<'static, DB>,
+    snap: Option<SnapshotWithThreadMode<'static, DB>>,
     db: Arc<DB>,
 }
 
-impl RocksSnapshot {
-    fn new(db: Arc<DB>) -> RocksSnapshot {
+impl RocksView {
+    fn snapshot(db: Arc<DB>) -> RocksView {
         let snap = db.snapshot();
         // SAFETY: the snapshot borrows the DB behind the Arc, whose heap
         // address never moves; we keep a clone of the Arc in the same struct
         // and declare `snap` first so it is dropped (released) before the Arc.
         let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
-        RocksSnapshot { snap, db }
+        RocksView {
+            snap: Some(snap),
+            db,
+        }
+    }
+
+    fn latest(db: Arc<DB>) -> RocksView {
+        RocksView { snap: None, db }
     }
 }
 
-/// The live database as a [`Snapshot`]: no snapshot is taken (RocksDB
-/// records the time and takes its mutex for each one); every read sees the
-/// latest state.
-struct RocksLatest {
-    db: Arc<DB>,
-}
-
-impl Snapshot for RocksLatest {
+impl Snapshot for RocksView {
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.db.get_cf(cf_handle(&self.db, ks), key).map_err(io)
+        let cf = cf_handle(&self.db, ks);
+        match &self.snap {
+            Some(snap) => snap.get_cf(cf, key),
+            None => self.db.get_cf(cf, key),
+        }
+        .map_err(io)
     }
 
     fn scan(
@@ -205,37 +212,16 @@ impl Snapshot for RocksLatest {
         if from >= to {
             return Ok(());
         }
-        // An iterator reads one implicit snapshot of its own.
-        let iter = self.db.iterator_cf_opt(
+        let (cf, opts, mode) = (
             cf_handle(&self.db, ks),
             bounded_read_options(from, to),
             mode(from, to, reverse),
         );
-        scan_iter(iter, from, to, reverse, visit)
-    }
-}
-
-impl Snapshot for RocksSnapshot {
-    fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.snap.get_cf(cf_handle(&self.db, ks), key).map_err(io)
-    }
-
-    fn scan(
-        &self,
-        ks: Keyspace,
-        from: &[u8],
-        to: &[u8],
-        reverse: bool,
-        visit: &mut ScanFn<'_>,
-    ) -> Result<()> {
-        if from >= to {
-            return Ok(());
-        }
-        let iter = self.snap.iterator_cf_opt(
-            cf_handle(&self.db, ks),
-            bounded_read_options(from, to),
-            mode(from, to, reverse),
-        );
+        // Without a snapshot the iterator still reads one implicit snapshot.
+        let iter = match &self.snap {
+            Some(snap) => snap.iterator_cf_opt(cf, opts, mode),
+            None => self.db.iterator_cf_opt(cf, opts, mode),
+        };
         scan_iter(iter, from, to, reverse, visit)
     }
 }
@@ -266,13 +252,11 @@ impl Store for RocksStore {
     }
 
     fn snapshot(&self) -> Arc<dyn Snapshot> {
-        Arc::new(RocksSnapshot::new(self.db.clone()))
+        Arc::new(RocksView::snapshot(self.db.clone()))
     }
 
     fn latest(&self) -> Arc<dyn Snapshot> {
-        Arc::new(RocksLatest {
-            db: self.db.clone(),
-        })
+        Arc::new(RocksView::latest(self.db.clone()))
     }
 
     fn compact_range(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> Result<()> {

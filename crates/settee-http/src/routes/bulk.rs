@@ -10,12 +10,11 @@
 //!   write nothing.
 //! - Request sizes are bounded: `max_bulk_docs_count` / `max_bulk_get_count`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use std::collections::BTreeMap;
-
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use settee_core::doc::{Body, Doc};
