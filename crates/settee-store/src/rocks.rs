@@ -66,6 +66,14 @@ impl RocksStore {
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         db_opts.set_keep_log_file_num(4);
         db_opts.set_max_total_wal_size(512 << 20);
+        // Flushes and compactions write whole new files that nothing reads
+        // soon through the page cache (reads go through the block cache):
+        // writing them with O_DIRECT saves the kernel's copy into the page
+        // cache, which took ~12% of the CPU under a sustained bulk load.
+        // Only where the file system supports it (tmpfs before Linux 6.6
+        // does not, and RocksDB would then fail every flush).
+        std::fs::create_dir_all(path).map_err(|e| StoreError::Io(e.to_string()))?;
+        db_opts.set_use_direct_io_for_flush_and_compaction(supports_direct_io(path));
         let cache = Cache::new_lru_cache(opts.block_cache_bytes);
         let cfs: Vec<ColumnFamilyDescriptor> = Keyspace::ALL
             .iter()
@@ -80,6 +88,30 @@ impl RocksStore {
 
     fn cf(&self, ks: Keyspace) -> &ColumnFamily {
         cf_handle(&self.db, ks)
+    }
+}
+
+/// Whether files in `dir` can be opened with `O_DIRECT` (probed with a
+/// scratch file that is removed again).
+fn supports_direct_io(dir: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let probe = dir.join(".direct-io-probe");
+        let ok = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)
+            .is_ok();
+        let _ = std::fs::remove_file(&probe);
+        ok
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
     }
 }
 
@@ -362,5 +394,26 @@ mod tests {
         assert_eq!(s.get(Keyspace::Seqs, &[9]).unwrap(), Some(vec![18]));
         assert_eq!(s.get(Keyspace::Seqs, &[1]).unwrap(), None);
         assert!(s.disk_size() > 0);
+    }
+
+    #[test]
+    fn flushed_and_compacted_files_read_back() {
+        // Flushes and compactions use O_DIRECT where the probe allows it;
+        // either way the data must come back, and the probe leaves nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksStore::open(dir.path(), &RocksOptions::default()).unwrap();
+        assert!(!dir.path().join(".direct-io-probe").exists());
+        let mut b = Batch::new();
+        for i in 0u32..5000 {
+            b.put(Keyspace::Docs, i.to_be_bytes().to_vec(), vec![7; 100]);
+        }
+        s.write(b, true).unwrap();
+        s.compact_range(Keyspace::Docs, &[0], &[255, 255, 255, 255, 255])
+            .unwrap();
+        assert!(s.approximate_size(Keyspace::Docs, &[0], &[255; 5]) > 100_000);
+        assert_eq!(
+            s.get(Keyspace::Docs, &4321u32.to_be_bytes()).unwrap(),
+            Some(vec![7; 100])
+        );
     }
 }
