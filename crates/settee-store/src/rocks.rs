@@ -148,7 +148,18 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
 }
 
 fn to_rocks_batch(db: &DB, batch: Batch) -> WriteBatch {
-    let mut wb = WriteBatch::default();
+    // Sized up front: growing the batch's buffer op by op re-copied it
+    // (~20% of the committer's time for 512-document groups). Per op: a tag,
+    // a column family id and two length prefixes (at most 16 bytes).
+    let bytes: usize = batch
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::Put(_, k, v) | Op::DeleteRange(_, k, v) => k.len() + v.len() + 16,
+            Op::Delete(_, k) => k.len() + 16,
+        })
+        .sum();
+    let mut wb = WriteBatch::with_capacity_bytes(12 + bytes);
     for op in batch.ops {
         match op {
             Op::Put(ks, k, v) => wb.put_cf(cf_handle(db, ks), k, v),
