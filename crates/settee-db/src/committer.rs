@@ -272,7 +272,7 @@ impl Core {
         let sync = commits.iter().any(|c| c.sync);
         let mut batch = std::mem::take(&mut commits[0].batch);
         for c in &mut commits[1..] {
-            batch.ops.append(&mut c.batch.ops);
+            batch.append(&c.batch);
         }
         let wrote = !batch.is_empty();
         let result = if wrote {

@@ -32,9 +32,14 @@ pub fn db_range(db: DbId) -> (Vec<u8>, Vec<u8>) {
 /// By-id (and local) key.
 pub fn doc(db: DbId, id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + id.len());
-    k.extend_from_slice(&db.to_be_bytes());
-    k.extend_from_slice(id.as_bytes());
+    doc_into(&mut k, db, id);
     k
+}
+
+/// Appends the key of [`doc`] to `out`.
+pub fn doc_into(out: &mut Vec<u8>, db: DbId, id: &str) {
+    out.extend_from_slice(&db.to_be_bytes());
+    out.extend_from_slice(id.as_bytes());
 }
 
 /// The document id of a by-id key.
@@ -45,9 +50,14 @@ pub fn doc_id(key: &[u8]) -> &[u8] {
 /// By-seq key.
 pub fn seq(db: DbId, seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(16);
-    k.extend_from_slice(&db.to_be_bytes());
-    k.extend_from_slice(&seq.to_be_bytes());
+    seq_into(&mut k, db, seq);
     k
+}
+
+/// Appends the key of [`seq`] to `out`.
+pub fn seq_into(out: &mut Vec<u8>, db: DbId, seq: u64) {
+    out.extend_from_slice(&db.to_be_bytes());
+    out.extend_from_slice(&seq.to_be_bytes());
 }
 
 /// The sequence number of a by-seq key.

@@ -16,16 +16,17 @@ use crate::keys::DbId;
 const FORMAT_V1: u8 = 1;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    encode_with_capacity(value, 64)
+    let mut out = Vec::with_capacity(64);
+    encode_into(&mut out, value);
+    out
 }
 
-/// Encodes into a buffer of `capacity` bytes, so the hot records are
-/// written without regrowing it.
-pub fn encode_with_capacity<T: Serialize>(value: &T, capacity: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(capacity);
+/// Appends the encoding of `value` (as [`encode`] makes it) to `out`.
+pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, value: &T) {
     out.push(FORMAT_V1);
+    let buf = std::mem::take(out);
     // Serializing plain structs into a Vec cannot fail.
-    postcard::to_extend(value, out).expect("postcard serialization of a record")
+    *out = postcard::to_extend(value, buf).expect("postcard serialization of a record");
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
@@ -83,13 +84,6 @@ impl DocRecord {
             .iter()
             .find(|(n, _)| *n == i)
             .map(|(_, b)| b.as_str())
-    }
-
-    /// A generous estimate of the encoded size.
-    pub fn encoded_size_hint(&self) -> usize {
-        const NODE_BYTES: usize = 56;
-        32 + self.tree.len() * NODE_BYTES
-            + self.inline.iter().map(|(_, b)| b.len() + 8).sum::<usize>()
     }
 
     /// Body bytes of the winning revision (for `sizes.external`).

@@ -45,7 +45,7 @@ use crate::error::{DocFailure, Error, Result};
 use crate::keys::{self, DbId};
 use crate::options::Durability;
 use crate::records::{
-    decode, encode, encode_with_capacity, DbState, DocRecord, LocalRecord, PurgeRecord, SeqRecord,
+    decode, encode, encode_into, DbState, DocRecord, LocalRecord, PurgeRecord, SeqRecord,
 };
 use crate::update::{self, Edit};
 
@@ -293,6 +293,10 @@ impl Writer {
         }
         self.sweep_written(reads_storage);
         let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
+        let docs: usize = buffered.iter().map(|u| u.docs.len()).sum::<usize>()
+            + todo.iter().map(Request::doc_count).sum::<usize>();
+        // Two records per document, ~100 bytes each for small documents.
+        ctx.batch = Batch::with_capacity(2 * docs + 1, 128 * docs + 64);
         let mut replies = Vec::with_capacity(todo.len());
         let mut sync = force_sync || !buffered.is_empty();
         let load = ctx.preload(buffered.iter().chain(todo.iter().filter_map(|r| match r {
@@ -532,7 +536,7 @@ impl<'a> Ctx<'a> {
         let ids: Vec<String> = docs.iter().map(|d| d.id.clone()).collect();
         let cp = Checkpoint {
             state: self.state.clone(),
-            ops: self.batch.ops.len(),
+            ops: self.batch.len(),
             records: ids
                 .iter()
                 .map(|id| (id.clone(), self.records.get(id).cloned().flatten()))
@@ -548,7 +552,7 @@ impl<'a> Ctx<'a> {
             return Ok(results);
         }
         self.state = cp.state;
-        self.batch.ops.truncate(cp.ops);
+        self.batch.truncate(cp.ops);
         for (id, rec) in cp.records {
             self.records.insert(id, rec);
         }
@@ -647,11 +651,10 @@ impl<'a> Ctx<'a> {
             .map(|l| (l.rev, l.deleted))
             .collect();
         let leaves: Vec<(Rev, bool)> = leaves;
-        let hint = 16 + id.len() + leaves.len() * 48;
-        self.batch.put(
+        self.batch.put_with(
             Keyspace::Seqs,
-            keys::seq(db, seq),
-            encode_with_capacity(&SeqRecord::borrowed(id, &leaves), hint),
+            |k| keys::seq_into(k, db, seq),
+            |v| encode_into(v, &SeqRecord::borrowed(id, &leaves)),
         );
         let rec = DocRecord { seq, tree, inline };
         self.state.external_bytes = self
@@ -659,10 +662,10 @@ impl<'a> Ctx<'a> {
             .external_bytes
             .saturating_sub(old.map_or(0, DocRecord::winner_bytes))
             .saturating_add(rec.winner_bytes());
-        self.batch.put(
+        self.batch.put_with(
             Keyspace::Docs,
-            keys::doc(db, id),
-            encode_with_capacity(&rec, rec.encoded_size_hint()),
+            |k| keys::doc_into(k, db, id),
+            |v| encode_into(v, &rec),
         );
         match self.records.get_mut(id) {
             Some(slot) => *slot = Some(rec),

@@ -84,39 +84,147 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-/// One operation of a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    Put(Keyspace, Vec<u8>, Vec<u8>),
-    Delete(Keyspace, Vec<u8>),
+/// One operation of a batch, borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op<'a> {
+    Put(Keyspace, &'a [u8], &'a [u8]),
+    Delete(Keyspace, &'a [u8]),
     /// Deletes keys in `[from, to)`.
-    DeleteRange(Keyspace, Vec<u8>, Vec<u8>),
+    DeleteRange(Keyspace, &'a [u8], &'a [u8]),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Put,
+    Delete,
+    DeleteRange,
+}
+
+/// Where one operation's bytes are in [`Batch::buf`]: its key (or range
+/// start) ends at `key_end`, its value (or range end) at `end`; it starts
+/// where the previous operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    kind: Kind,
+    ks: Keyspace,
+    key_end: usize,
+    end: usize,
 }
 
 /// An atomic group of writes.
+///
+/// Keys and values live back to back in one buffer, so a batch of
+/// thousands of operations is two allocations, and a caller can encode a
+/// key or value straight into it ([`Batch::put_with`]) instead of building
+/// a `Vec` for each and handing it over (which also made another thread
+/// free every one of them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
-    pub ops: Vec<Op>,
+    buf: Vec<u8>,
+    entries: Vec<Entry>,
 }
 
 impl Batch {
     pub fn new() -> Batch {
         Batch::default()
     }
-    pub fn put(&mut self, ks: Keyspace, key: Vec<u8>, value: Vec<u8>) {
-        self.ops.push(Op::Put(ks, key, value));
+
+    /// An empty batch with room for `ops` operations of `bytes` key and
+    /// value bytes in all.
+    pub fn with_capacity(ops: usize, bytes: usize) -> Batch {
+        Batch {
+            buf: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(ops),
+        }
     }
-    pub fn delete(&mut self, ks: Keyspace, key: Vec<u8>) {
-        self.ops.push(Op::Delete(ks, key));
+
+    fn push(&mut self, kind: Kind, ks: Keyspace, key: &[u8], value: &[u8]) {
+        self.buf.extend_from_slice(key);
+        let key_end = self.buf.len();
+        self.buf.extend_from_slice(value);
+        self.entries.push(Entry {
+            kind,
+            ks,
+            key_end,
+            end: self.buf.len(),
+        });
     }
-    pub fn delete_range(&mut self, ks: Keyspace, from: Vec<u8>, to: Vec<u8>) {
-        self.ops.push(Op::DeleteRange(ks, from, to));
+
+    pub fn put(&mut self, ks: Keyspace, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
+        self.push(Kind::Put, ks, key.as_ref(), value.as_ref());
     }
+
+    /// Puts a key and value that `key` and `value` append to the buffer
+    /// they are given (which holds other operations' bytes before theirs:
+    /// they must only append).
+    pub fn put_with(
+        &mut self,
+        ks: Keyspace,
+        key: impl FnOnce(&mut Vec<u8>),
+        value: impl FnOnce(&mut Vec<u8>),
+    ) {
+        key(&mut self.buf);
+        let key_end = self.buf.len();
+        value(&mut self.buf);
+        self.entries.push(Entry {
+            kind: Kind::Put,
+            ks,
+            key_end,
+            end: self.buf.len(),
+        });
+    }
+
+    pub fn delete(&mut self, ks: Keyspace, key: impl AsRef<[u8]>) {
+        self.push(Kind::Delete, ks, key.as_ref(), &[]);
+    }
+
+    pub fn delete_range(&mut self, ks: Keyspace, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) {
+        self.push(Kind::DeleteRange, ks, from.as_ref(), to.as_ref());
+    }
+
+    /// Appends `other`'s operations after this batch's.
+    pub fn append(&mut self, other: &Batch) {
+        let base = self.buf.len();
+        self.buf.extend_from_slice(&other.buf);
+        self.entries.extend(other.entries.iter().map(|e| Entry {
+            key_end: e.key_end + base,
+            end: e.end + base,
+            ..*e
+        }));
+    }
+
+    /// The operations, in order.
+    pub fn ops(&self) -> impl Iterator<Item = Op<'_>> + '_ {
+        let mut start = 0;
+        self.entries.iter().map(move |e| {
+            let key = &self.buf[start..e.key_end];
+            let value = &self.buf[e.key_end..e.end];
+            start = e.end;
+            match e.kind {
+                Kind::Put => Op::Put(e.ks, key, value),
+                Kind::Delete => Op::Delete(e.ks, key),
+                Kind::DeleteRange => Op::DeleteRange(e.ks, key, value),
+            }
+        })
+    }
+
+    /// Drops every operation after the first `len`.
+    pub fn truncate(&mut self, len: usize) {
+        self.entries.truncate(len);
+        self.buf.truncate(self.entries.last().map_or(0, |e| e.end));
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.entries.is_empty()
     }
+
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.entries.len()
+    }
+
+    /// Key and value bytes of all operations.
+    pub fn data_bytes(&self) -> usize {
+        self.buf.len()
     }
 }
 
@@ -170,4 +278,77 @@ pub trait Store: Send + Sync {
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64;
     /// Bytes on disk used by the whole store.
     fn disk_size(&self) -> u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An owned operation, the model the arena is checked against.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Owned {
+        Put(Keyspace, Vec<u8>, Vec<u8>),
+        Delete(Keyspace, Vec<u8>),
+        DeleteRange(Keyspace, Vec<u8>, Vec<u8>),
+    }
+
+    fn owned(op: Op<'_>) -> Owned {
+        match op {
+            Op::Put(ks, k, v) => Owned::Put(ks, k.to_vec(), v.to_vec()),
+            Op::Delete(ks, k) => Owned::Delete(ks, k.to_vec()),
+            Op::DeleteRange(ks, a, b) => Owned::DeleteRange(ks, a.to_vec(), b.to_vec()),
+        }
+    }
+
+    fn build(ops: &[Owned]) -> Batch {
+        let mut b = Batch::new();
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                // Alternate the two ways of putting.
+                Owned::Put(ks, k, v) if i % 2 == 0 => b.put(*ks, k, v),
+                Owned::Put(ks, k, v) => b.put_with(
+                    *ks,
+                    |out| out.extend_from_slice(k),
+                    |out| out.extend_from_slice(v),
+                ),
+                Owned::Delete(ks, k) => b.delete(*ks, k),
+                Owned::DeleteRange(ks, x, y) => b.delete_range(*ks, x, y),
+            }
+        }
+        b
+    }
+
+    fn any_op() -> impl Strategy<Value = Owned> {
+        let ks = prop::sample::select(Keyspace::ALL.to_vec());
+        let bytes = || prop::collection::vec(any::<u8>(), 0..12);
+        prop_oneof![
+            (ks.clone(), bytes(), bytes()).prop_map(|(s, k, v)| Owned::Put(s, k, v)),
+            (ks.clone(), bytes()).prop_map(|(s, k)| Owned::Delete(s, k)),
+            (ks, bytes(), bytes()).prop_map(|(s, a, b)| Owned::DeleteRange(s, a, b)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn batch_gives_back_its_ops_appended_and_truncated(
+            a in prop::collection::vec(any_op(), 0..20),
+            b in prop::collection::vec(any_op(), 0..20),
+            cut in 0usize..25,
+        ) {
+            let mut batch = build(&a);
+            prop_assert_eq!(batch.ops().map(owned).collect::<Vec<_>>(), a.clone());
+            prop_assert_eq!(batch.len(), a.len());
+            batch.append(&build(&b));
+            let both: Vec<Owned> = a.iter().chain(&b).cloned().collect();
+            prop_assert_eq!(batch.ops().map(owned).collect::<Vec<_>>(), both.clone());
+            batch.truncate(cut);
+            let kept = &both[..cut.min(both.len())];
+            prop_assert_eq!(batch.ops().map(owned).collect::<Vec<_>>(), kept.to_vec());
+            // What follows a truncation starts cleanly after the kept ops.
+            batch.put(Keyspace::Meta, b"k", b"v");
+            let last = batch.ops().last().map(owned);
+            prop_assert_eq!(last, Some(Owned::Put(Keyspace::Meta, b"k".to_vec(), b"v".to_vec())));
+        }
+    }
 }

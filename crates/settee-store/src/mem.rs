@@ -90,18 +90,18 @@ impl Store for MemStore {
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
         let mut s = self.state.lock();
         let maps = Arc::make_mut(&mut s.live);
-        for op in batch.ops {
+        for op in batch.ops() {
             match op {
                 Op::Put(ks, k, v) => {
-                    maps[ks.index()].insert(k, v);
+                    maps[ks.index()].insert(k.to_vec(), v.to_vec());
                 }
                 Op::Delete(ks, k) => {
-                    maps[ks.index()].remove(&k);
+                    maps[ks.index()].remove(k);
                 }
                 Op::DeleteRange(ks, from, to) => {
                     let map = &mut maps[ks.index()];
                     let doomed: Vec<Vec<u8>> = map
-                        .range::<[u8], _>((Bound::Included(&from[..]), Bound::Excluded(&to[..])))
+                        .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)))
                         .map(|(k, _)| k.clone())
                         .collect();
                     for k in doomed {
