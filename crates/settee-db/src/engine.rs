@@ -121,11 +121,7 @@ impl Engine {
         };
         let state = DbState::default();
         let mut batch = Batch::new();
-        batch.put(
-            Keyspace::Meta,
-            keys::META_NEXT_DB_ID.to_vec(),
-            encode(&(id + 1)),
-        );
+        batch.put(Keyspace::Meta, keys::META_NEXT_DB_ID, encode(&(id + 1)));
         batch.put(Keyspace::Meta, keys::catalog(name), encode(&meta));
         batch.put(Keyspace::Meta, keys::state(id), encode(&state));
         self.inner

@@ -174,12 +174,12 @@ mod tests {
         let m = MemStore::new();
         let mut b = Batch::new();
         for k in ["a", "b", "c", "d"] {
-            b.put(Keyspace::Docs, k.as_bytes().to_vec(), k.as_bytes().to_vec());
+            b.put(Keyspace::Docs, k.as_bytes(), k.as_bytes());
         }
         m.write(b, true).unwrap();
         let snap = m.snapshot();
         let mut b = Batch::new();
-        b.delete(Keyspace::Docs, b"b".to_vec());
+        b.delete(Keyspace::Docs, b"b");
         m.write(b, false).unwrap();
         assert_eq!(collect(&*snap, false), vec![b"b".to_vec(), b"c".to_vec()]);
         assert_eq!(collect(&*snap, true), vec![b"c".to_vec(), b"b".to_vec()]);
@@ -187,7 +187,7 @@ mod tests {
         m.crash();
         assert_eq!(m.get(Keyspace::Docs, b"b").unwrap(), Some(b"b".to_vec()));
         let mut b = Batch::new();
-        b.delete_range(Keyspace::Docs, b"a".to_vec(), b"c".to_vec());
+        b.delete_range(Keyspace::Docs, b"a", b"c");
         m.write(b, true).unwrap();
         assert_eq!(m.get(Keyspace::Docs, b"a").unwrap(), None);
         assert_eq!(m.get(Keyspace::Docs, b"c").unwrap(), Some(b"c".to_vec()));

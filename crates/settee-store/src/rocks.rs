@@ -340,7 +340,7 @@ mod tests {
         let s = RocksStore::open(dir.path(), &RocksOptions::default()).unwrap();
         let put = |v: u8| {
             let mut b = Batch::new();
-            b.put(Keyspace::Docs, b"k".to_vec(), vec![v]);
+            b.put(Keyspace::Docs, b"k", vec![v]);
             s.write(b, false).unwrap();
         };
         put(1);
@@ -408,7 +408,7 @@ mod tests {
         assert!(!dir.path().join(".direct-io-probe").exists());
         let mut b = Batch::new();
         for i in 0u32..5000 {
-            b.put(Keyspace::Docs, i.to_be_bytes().to_vec(), vec![7; 100]);
+            b.put(Keyspace::Docs, i.to_be_bytes(), vec![7; 100]);
         }
         s.write(b, true).unwrap();
         s.compact_range(Keyspace::Docs, &[0], &[255, 255, 255, 255, 255])
