@@ -79,7 +79,7 @@ pub(crate) struct Commit {
     /// The writer's group number (increasing by one per commit).
     pub group: u64,
     /// Empty when the group changed nothing (e.g. only a flush).
-    pub batch: Batch,
+    pub batch: Arc<Batch>,
     /// Fsync before answering.
     pub sync: bool,
     /// The database's state after this group, published once written.
@@ -262,7 +262,7 @@ impl Core {
 
     /// Writes the commits as one storage batch, fsyncs if any asks, then
     /// publishes and answers them in order.
-    fn commit(&mut self, mut commits: Vec<Commit>) {
+    fn commit(&mut self, commits: Vec<Commit>) {
         let last = commits.last().map_or(0, |c| c.group);
         if let Err(e) = self.shared.poison.check() {
             fail(commits, &e);
@@ -270,10 +270,22 @@ impl Core {
             return;
         }
         let sync = commits.iter().any(|c| c.sync);
-        let mut batch = std::mem::take(&mut commits[0].batch);
-        for c in &mut commits[1..] {
-            batch.append(&c.batch);
-        }
+        // One commit is written as it is; queued ones are merged into one
+        // batch (one write, one fsync).
+        let merged;
+        let batch: &Batch = match commits.as_slice() {
+            [only] => &only.batch,
+            _ => {
+                let ops = commits.iter().map(|c| c.batch.len()).sum();
+                let bytes = commits.iter().map(|c| c.batch.data_bytes()).sum();
+                let mut all = Batch::with_capacity(ops, bytes);
+                for c in &commits {
+                    all.append(&c.batch);
+                }
+                merged = all;
+                &merged
+            }
+        };
         let wrote = !batch.is_empty();
         let result = if wrote {
             self.shared

@@ -126,7 +126,7 @@ impl Engine {
         batch.put(Keyspace::Meta, keys::state(id), encode(&state));
         self.inner
             .poison
-            .guard(self.inner.store.write(batch, true))?;
+            .guard(self.inner.store.write(&batch, true))?;
         Ok(self.start(&mut open, name, meta, state))
     }
 
@@ -212,7 +212,7 @@ impl Engine {
         }
         self.inner
             .poison
-            .guard(self.inner.store.write(batch, true))?;
+            .guard(self.inner.store.write(&batch, true))?;
         // The range deletions sit in the in-memory table, where they turn
         // off its bloom filter for every later lookup of every database;
         // flushed to a file they only cost lookups in the deleted range.

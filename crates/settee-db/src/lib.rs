@@ -24,6 +24,7 @@ pub mod committer;
 pub mod database;
 pub mod engine;
 pub mod error;
+mod inflight;
 pub mod keys;
 pub mod options;
 pub mod poison;

@@ -11,13 +11,10 @@
 //!   once if any request needs it, and only then answers: a full-commit
 //!   reply means durable. While group n is written and fsynced, the writer
 //!   computes group n+1.
-//! - **The writer reads its own writes.** Records of groups still in the
-//!   pipeline are kept in memory (`inflight`) and win over storage, which
-//!   may not have them yet. Once their group is written they equal what
-//!   storage holds (only this writer writes them), so they are dropped
-//!   lazily — all at once when the pipeline is empty or before a request
-//!   that reads storage directly, else when more than
-//!   [`WRITTEN_KEEP_MAX`] records or [`WRITTEN_KEEP_BYTES`] are held.
+//! - **The writer reads its own writes.** The batches of groups still in
+//!   the pipeline are kept and indexed by document id ([`Inflight`]); what
+//!   they hold wins over storage, which may not have it yet. They are
+//!   released once their group is written.
 //!   Requests that read storage directly (local documents, purge,
 //!   compaction) first wait for the pipeline to drain.
 //! - **Durability modes** (see [`Durability`]): delayed-commit groups are
@@ -42,6 +39,7 @@ use tokio::sync::oneshot;
 use crate::committer::{Commit, Pipe, Reply};
 use crate::database::Shared;
 use crate::error::{DocFailure, Error, Result};
+use crate::inflight::Inflight;
 use crate::keys::{self, DbId};
 use crate::options::Durability;
 use crate::records::{
@@ -112,30 +110,9 @@ pub(crate) struct Writer {
     buffered_since: Option<Instant>,
     /// The committer (it numbers the groups handed to it).
     pipe: Pipe,
-    /// Records written by groups still in the pipeline (and, until the
-    /// next sweep, by groups already written), by id, with the group that
-    /// wrote them last.
+    /// Batches of groups still in the pipeline, indexed by document id.
     inflight: Inflight,
-    /// Approximate bytes held by `inflight` (an upper bound between sweeps).
-    inflight_bytes: usize,
 }
-
-/// Written records kept in `inflight` before a sweep drops them: sweeping
-/// after every group cost a scan of the whole map per group (~7% of the
-/// writer's time under a sustained bulk load).
-const WRITTEN_KEEP_MAX: usize = 8192;
-const WRITTEN_KEEP_BYTES: usize = 32 << 20;
-
-/// Approximate memory of one kept record.
-fn kept_bytes(id: &str, rec: &Option<DocRecord>) -> usize {
-    let rec_bytes = rec.as_ref().map_or(0, |r| {
-        r.tree.nodes().len() * 48 + r.inline.iter().map(|(_, b)| b.len() + 32).sum::<usize>()
-    });
-    64 + id.len() + rec_bytes
-}
-
-/// Document records of groups not yet written, with their group number.
-type Inflight = FxHashMap<String, (u64, Option<DocRecord>)>;
 
 impl Writer {
     pub(crate) fn new(
@@ -153,29 +130,6 @@ impl Writer {
             buffered_since: None,
             pipe,
             inflight: Inflight::default(),
-            inflight_bytes: 0,
-        }
-    }
-
-    /// Drops the kept records of written groups: all of them when nothing
-    /// is in the pipeline (or `all`, after a drain), else only when more
-    /// than the soft bounds are held.
-    fn sweep_written(&mut self, all: bool) {
-        if self.inflight.is_empty() {
-            return;
-        }
-        let done = self.pipe.progress.done();
-        if all || done >= self.pipe.sent {
-            self.inflight.clear();
-            self.inflight_bytes = 0;
-        } else if self.inflight.len() > WRITTEN_KEEP_MAX || self.inflight_bytes > WRITTEN_KEEP_BYTES
-        {
-            self.inflight.retain(|_, (g, _)| *g > done);
-            self.inflight_bytes = self
-                .inflight
-                .iter()
-                .map(|(id, (_, rec))| kept_bytes(id, rec))
-                .sum();
         }
     }
 
@@ -291,7 +245,11 @@ impl Writer {
         if reads_storage {
             self.pipe.drain();
         }
-        self.sweep_written(reads_storage);
+        if reads_storage {
+            self.inflight.clear();
+        } else {
+            self.inflight.release_through(self.pipe.progress.done());
+        }
         let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
         let docs: usize = buffered.iter().map(|u| u.docs.len()).sum::<usize>()
             + todo.iter().map(Request::doc_count).sum::<usize>();
@@ -373,12 +331,12 @@ impl Writer {
         if !batch.is_empty() || state_dirty {
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
         }
+        // The group's records are in its batch; the decoded ones go now,
+        // while they are still in the cache.
+        drop(records);
         let group = self.pipe.sent + 1;
-        self.inflight.reserve(records.len());
-        for (id, rec) in records {
-            self.inflight_bytes += kept_bytes(&id, &rec);
-            self.inflight.insert(id, (group, rec));
-        }
+        let batch = Arc::new(batch);
+        self.inflight.add(group, Arc::clone(&batch));
         self.state = state.clone();
         // Nothing queued behind this group: nothing to overlap its write
         // with, so the writer may write it itself.
@@ -484,13 +442,16 @@ impl<'a> Ctx<'a> {
         ids.dedup();
         self.records.reserve(ids.len());
         if !self.inflight.is_empty() {
-            ids.retain(|id| match self.inflight.get(*id) {
-                Some((_, rec)) => {
-                    self.records.insert(id.to_string(), rec.clone());
-                    false
+            let mut missing = Vec::with_capacity(ids.len());
+            for id in ids {
+                match self.inflight.get(id)? {
+                    Some(rec) => {
+                        self.records.insert(id.to_string(), rec);
+                    }
+                    None => missing.push(id),
                 }
-                None => true,
-            });
+            }
+            ids = missing;
         }
         let keys: Vec<Vec<u8>> = ids.iter().map(|id| keys::doc(self.db, id)).collect();
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -509,9 +470,9 @@ impl<'a> Ctx<'a> {
         if let Some(r) = self.records.get(id) {
             return Ok(r.clone());
         }
-        if let Some((_, r)) = self.inflight.get(id) {
+        if let Some(r) = self.inflight.get(id)? {
             self.records.insert(id.to_string(), r.clone());
-            return Ok(r.clone());
+            return Ok(r);
         }
         let v = self.shared.poison.guard(
             self.shared

@@ -63,7 +63,7 @@ impl<S: Store> FaultyStore<S> {
 }
 
 impl<S: Store> Store for FaultyStore<S> {
-    fn write(&self, batch: Batch, sync: bool) -> Result<()> {
+    fn write(&self, batch: &Batch, sync: bool) -> Result<()> {
         let delay = self.write_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             std::thread::sleep(std::time::Duration::from_millis(delay));
@@ -118,14 +118,14 @@ mod tests {
     fn fails_after_countdown() {
         let f = FaultyStore::new(MemStore::new());
         f.fail_syncs_after(1);
-        f.write(Batch::new(), true).unwrap();
-        f.write(Batch::new(), false).unwrap();
+        f.write(&Batch::new(), true).unwrap();
+        f.write(&Batch::new(), false).unwrap();
         assert!(matches!(
-            f.write(Batch::new(), true),
+            f.write(&Batch::new(), true),
             Err(StoreError::Injected("fsync"))
         ));
         assert!(f.sync().is_err());
         f.fail_writes_after(0);
-        assert!(f.write(Batch::new(), false).is_err());
+        assert!(f.write(&Batch::new(), false).is_err());
     }
 }

@@ -193,19 +193,34 @@ impl Batch {
         }));
     }
 
+    fn op_at(&self, start: usize, e: &Entry) -> Op<'_> {
+        let key = &self.buf[start..e.key_end];
+        let value = &self.buf[e.key_end..e.end];
+        match e.kind {
+            Kind::Put => Op::Put(e.ks, key, value),
+            Kind::Delete => Op::Delete(e.ks, key),
+            Kind::DeleteRange => Op::DeleteRange(e.ks, key, value),
+        }
+    }
+
     /// The operations, in order.
     pub fn ops(&self) -> impl Iterator<Item = Op<'_>> + '_ {
         let mut start = 0;
         self.entries.iter().map(move |e| {
-            let key = &self.buf[start..e.key_end];
-            let value = &self.buf[e.key_end..e.end];
+            let op = self.op_at(start, e);
             start = e.end;
-            match e.kind {
-                Kind::Put => Op::Put(e.ks, key, value),
-                Kind::Delete => Op::Delete(e.ks, key),
-                Kind::DeleteRange => Op::DeleteRange(e.ks, key, value),
-            }
+            op
         })
+    }
+
+    /// Operation `i` (in the order they were added).
+    pub fn get(&self, i: usize) -> Option<Op<'_>> {
+        let e = self.entries.get(i)?;
+        let start = match i {
+            0 => 0,
+            _ => self.entries[i - 1].end,
+        };
+        Some(self.op_at(start, e))
     }
 
     /// Drops every operation after the first `len`.
@@ -248,7 +263,7 @@ pub trait Snapshot: Send + Sync {
 
 /// An ordered, transactional key-value engine.
 pub trait Store: Send + Sync {
-    fn write(&self, batch: Batch, sync: bool) -> Result<()>;
+    fn write(&self, batch: &Batch, sync: bool) -> Result<()>;
     fn sync(&self) -> Result<()>;
     /// Reads the latest committed value.
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>>;
@@ -342,6 +357,9 @@ mod tests {
             batch.append(&build(&b));
             let both: Vec<Owned> = a.iter().chain(&b).cloned().collect();
             prop_assert_eq!(batch.ops().map(owned).collect::<Vec<_>>(), both.clone());
+            let by_index: Vec<Owned> = (0..batch.len()).filter_map(|i| batch.get(i)).map(owned).collect();
+            prop_assert_eq!(&by_index, &both);
+            prop_assert!(batch.get(batch.len()).is_none());
             batch.truncate(cut);
             let kept = &both[..cut.min(both.len())];
             prop_assert_eq!(batch.ops().map(owned).collect::<Vec<_>>(), kept.to_vec());

@@ -87,7 +87,7 @@ impl Snapshot for MemSnapshot {
 }
 
 impl Store for MemStore {
-    fn write(&self, batch: Batch, sync: bool) -> Result<()> {
+    fn write(&self, batch: &Batch, sync: bool) -> Result<()> {
         let mut s = self.state.lock();
         let maps = Arc::make_mut(&mut s.live);
         for op in batch.ops() {
@@ -176,11 +176,11 @@ mod tests {
         for k in ["a", "b", "c", "d"] {
             b.put(Keyspace::Docs, k.as_bytes(), k.as_bytes());
         }
-        m.write(b, true).unwrap();
+        m.write(&b, true).unwrap();
         let snap = m.snapshot();
         let mut b = Batch::new();
         b.delete(Keyspace::Docs, b"b");
-        m.write(b, false).unwrap();
+        m.write(&b, false).unwrap();
         assert_eq!(collect(&*snap, false), vec![b"b".to_vec(), b"c".to_vec()]);
         assert_eq!(collect(&*snap, true), vec![b"c".to_vec(), b"b".to_vec()]);
         assert_eq!(collect(&*m.snapshot(), false), vec![b"c".to_vec()]);
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(m.get(Keyspace::Docs, b"b").unwrap(), Some(b"b".to_vec()));
         let mut b = Batch::new();
         b.delete_range(Keyspace::Docs, b"a", b"c");
-        m.write(b, true).unwrap();
+        m.write(&b, true).unwrap();
         assert_eq!(m.get(Keyspace::Docs, b"a").unwrap(), None);
         assert_eq!(m.get(Keyspace::Docs, b"c").unwrap(), Some(b"c".to_vec()));
     }

@@ -262,8 +262,8 @@ impl Snapshot for RocksView {
 }
 
 impl Store for RocksStore {
-    fn write(&self, batch: Batch, sync: bool) -> Result<()> {
-        let wb = to_rocks_batch(&self.db, &batch);
+    fn write(&self, batch: &Batch, sync: bool) -> Result<()> {
+        let wb = to_rocks_batch(&self.db, batch);
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
         self.db.write_opt(wb, &wo).map_err(io)
@@ -341,7 +341,7 @@ mod tests {
         let put = |v: u8| {
             let mut b = Batch::new();
             b.put(Keyspace::Docs, b"k", vec![v]);
-            s.write(b, false).unwrap();
+            s.write(&b, false).unwrap();
         };
         put(1);
         let (latest, snap) = (s.latest(), s.snapshot());
@@ -367,11 +367,11 @@ mod tests {
             for i in 0u8..10 {
                 b.put(Keyspace::Seqs, vec![i], vec![i * 2]);
             }
-            s.write(b, true).unwrap();
+            s.write(&b, true).unwrap();
             let snap = s.snapshot();
             let mut b = Batch::new();
             b.delete_range(Keyspace::Seqs, vec![0], vec![5]);
-            s.write(b, false).unwrap();
+            s.write(&b, false).unwrap();
             let mut seen = Vec::new();
             snap.scan(Keyspace::Seqs, &[2], &[6], true, &mut |k, _| {
                 seen.push(k[0]);
@@ -410,7 +410,7 @@ mod tests {
         for i in 0u32..5000 {
             b.put(Keyspace::Docs, i.to_be_bytes(), vec![7; 100]);
         }
-        s.write(b, true).unwrap();
+        s.write(&b, true).unwrap();
         s.compact_range(Keyspace::Docs, &[0], &[255, 255, 255, 255, 255])
             .unwrap();
         assert!(s.approximate_size(Keyspace::Docs, &[0], &[255; 5]) > 100_000);
