@@ -165,7 +165,17 @@ impl Specials {
         map: &mut Map<String, Value>,
         fallback_id: impl FnOnce() -> String,
     ) -> Result<Specials, DocError> {
-        let id = match map.shift_remove("_id") {
+        let id = map.shift_remove("_id");
+        Specials::lift_with_id(id, map, fallback_id)
+    }
+
+    /// [`Specials::lift`] with the `_id` member already taken out of `map`.
+    pub(crate) fn lift_with_id(
+        id: Option<Value>,
+        map: &mut Map<String, Value>,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Result<Specials, DocError> {
+        let id = match id {
             Some(Value::String(s)) => s,
             Some(_) => return Err(DocError::BadRequest("Document id must be a string".into())),
             None => fallback_id(),

@@ -159,9 +159,22 @@ impl Doc {
             }
         };
         let mut specials = Map::new();
+        let mut id = None;
         let mut body = String::with_capacity(text.len());
         body.push('{');
         for (Key(name), raw) in members.0 {
+            if name == "_id" {
+                // A string without escapes is its text between the quotes
+                // (control characters would not have parsed).
+                let raw = raw.get();
+                id = Some(
+                    match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+                        Some(s) if !s.contains('\\') => Value::String(s.to_string()),
+                        _ => serde_json::from_str(raw).map_err(bad_json)?,
+                    },
+                );
+                continue;
+            }
             if name.starts_with('_') {
                 let value: Value = serde_json::from_str(raw.get()).map_err(bad_json)?;
                 specials.insert(name.into_owned(), value);
@@ -180,7 +193,7 @@ impl Doc {
             }
         }
         body.push('}');
-        let specials = Specials::lift(&mut specials, fallback_id)?;
+        let specials = Specials::lift_with_id(id, &mut specials, fallback_id)?;
         Ok(specials.into_doc(Body::from_built(body)))
     }
 }
@@ -211,6 +224,14 @@ mod tests {
             r#"{"foo":"no id"}"#,
             r#"{"_id":"a","_foo":1}"#,
             r#"{"_id":5}"#,
+            r#"{"_id":"a\"b","x":1}"#,
+            r#"{"_id":"\u0041","x":1}"#,
+            r#"{"_id":"é","x":1}"#,
+            r#"{"_id":""}"#,
+            r#"{"_id":null}"#,
+            r#"{"_id":"_design/x","x":1}"#,
+            r#"{"_id":"_bad"}"#,
+            r#"{"x":1,"_id":"late"}"#,
             r#"{"_id":"a","_rev":"bad"}"#,
             r#"{"_id":"a","_attachments":{"f":{}}}"#,
             r#"[1]"#,
