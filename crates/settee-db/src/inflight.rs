@@ -45,8 +45,8 @@ struct Slot {
 
 #[derive(Default)]
 pub struct Inflight {
-    /// Batches of groups handed over and not yet released, oldest first,
-    /// with consecutive group numbers.
+    /// Batches of groups handed over and not yet released, oldest first
+    /// (increasing, normally consecutive group numbers).
     kept: VecDeque<(u64, Arc<Batch>)>,
     index: HashTable<Slot>,
 }
@@ -67,10 +67,10 @@ impl Inflight {
         kept_op(&self.kept, slot)
     }
 
-    /// Adds the batch of `group` (the next group number after the kept
-    /// ones) and indexes its `Docs` operations.
+    /// Adds the batch of `group` (a higher group number than the kept
+    /// ones; normally the next) and indexes its `Docs` operations.
     pub(crate) fn add(&mut self, group: u64, batch: Arc<Batch>) {
-        debug_assert!(self.kept.back().is_none_or(|(g, _)| *g + 1 == group));
+        debug_assert!(self.kept.back().is_none_or(|(g, _)| *g < group));
         self.kept.push_back((group, batch));
         let batch = Arc::clone(&self.kept.back().expect("just pushed").1);
         for (i, op) in batch.ops().enumerate() {
@@ -150,7 +150,16 @@ impl Inflight {
 fn kept_op<'a>(kept: &'a VecDeque<(u64, Arc<Batch>)>, slot: &Slot) -> Option<Op<'a>> {
     let first = kept.front()?.0;
     let i = usize::try_from(slot.group.checked_sub(first)?).ok()?;
-    kept.get(i)?.1.get(slot.op as usize)
+    let batch = match kept.get(i) {
+        // Group numbers are consecutive, so the position is the offset...
+        Some((g, b)) if *g == slot.group => b,
+        // ...and should they ever not be, a search still finds the right one.
+        _ => {
+            let j = kept.binary_search_by_key(&slot.group, |(g, _)| *g).ok()?;
+            &kept[j].1
+        }
+    };
+    batch.get(slot.op as usize)
 }
 
 /// The document id an indexed operation writes.
@@ -216,6 +225,22 @@ mod tests {
         assert!(f.is_empty());
         assert_eq!(f.get("b").unwrap(), None);
         assert_eq!(f.index.len(), 0);
+    }
+
+    #[test]
+    fn group_numbers_with_gaps_still_find_their_batch() {
+        let mut f = Inflight::default();
+        for g in [3u64, 4, 9, 10] {
+            let mut b = Batch::new();
+            put(&mut b, &format!("d{g}"), g);
+            f.add(g, Arc::new(b));
+        }
+        for g in [3u64, 4, 9, 10] {
+            assert_eq!(f.get(&format!("d{g}")).unwrap(), Some(Some(record(g))));
+        }
+        f.release_through(4);
+        assert_eq!(f.get("d4").unwrap(), None);
+        assert_eq!(f.get("d10").unwrap(), Some(Some(record(10))));
     }
 
     #[test]
