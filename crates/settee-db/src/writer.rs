@@ -112,6 +112,12 @@ pub(crate) struct Writer {
     pipe: Pipe,
     /// Batches of groups still in the pipeline, indexed by document id.
     inflight: Inflight,
+    /// An upper bound of the ids of every document of the database (stored
+    /// or in flight): `Some(None)` when it has none, `None` until read
+    /// from storage. Ids above it need no lookup: with increasing ids
+    /// (CouchDB's default `sequential` uuids, replication in id order)
+    /// most new documents skip the by-id read.
+    max_id: Option<Option<Box<[u8]>>>,
 }
 
 impl Writer {
@@ -130,7 +136,23 @@ impl Writer {
             buffered_since: None,
             pipe,
             inflight: Inflight::default(),
+            max_id: None,
         }
+    }
+
+    /// The largest document id in storage (read once per writer: after
+    /// that, every new id passes through this writer).
+    fn read_max_id(&self) -> Result<Option<Box<[u8]>>> {
+        let (lo, hi) = keys::db_range(self.shared.db);
+        let mut max = None;
+        let view = self.shared.store.latest();
+        self.shared
+            .poison
+            .guard(view.scan(Keyspace::Docs, &lo, &hi, true, &mut |k, _| {
+                max = Some(keys::doc_id(k).into());
+                false
+            }))?;
+        Ok(max)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -250,6 +272,16 @@ impl Writer {
         } else {
             self.inflight.release_through(self.pipe.progress.done());
         }
+        if self.max_id.is_none() {
+            match self.read_max_id() {
+                Ok(max) => self.max_id = Some(max),
+                Err(e) => {
+                    fail_all(buffered, todo, &e);
+                    return;
+                }
+            }
+        }
+        let max_id = self.max_id.as_ref().and_then(Option::as_deref);
         let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
         let docs: usize = buffered.iter().map(|u| u.docs.len()).sum::<usize>()
             + todo.iter().map(Request::doc_count).sum::<usize>();
@@ -257,13 +289,26 @@ impl Writer {
         ctx.batch = Batch::with_capacity(2 * docs + 1, 128 * docs + 64);
         let mut replies = Vec::with_capacity(todo.len());
         let mut sync = force_sync || !buffered.is_empty();
-        let load = ctx.preload(buffered.iter().chain(todo.iter().filter_map(|r| match r {
-            Request::Update(u) => Some(u),
-            _ => None,
-        })));
-        if let Err(e) = load {
-            fail_all(buffered, todo, &e);
-            return;
+        let load = ctx.preload(
+            buffered.iter().chain(todo.iter().filter_map(|r| match r {
+                Request::Update(u) => Some(u),
+                _ => None,
+            })),
+            max_id,
+        );
+        match load {
+            Ok(Some(largest)) => {
+                if let Some(bound) = &mut self.max_id {
+                    if bound.as_ref().is_none_or(|m| largest > *m) {
+                        *bound = Some(largest);
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                fail_all(buffered, todo, &e);
+                return;
+            }
         }
         for u in buffered {
             // Nobody waits for batch-mode results; failures are only logged.
@@ -433,7 +478,16 @@ impl<'a> Ctx<'a> {
 
     /// Loads the records of every document the group's updates touch, in
     /// one batched read.
-    fn preload<'u>(&mut self, updates: impl Iterator<Item = &'u UpdateReq>) -> Result<()> {
+    ///
+    /// `max_id` bounds the ids of the database's documents from above: ids
+    /// beyond it are absent without a read. Returns the new bound's
+    /// candidate, the group's largest id (raising the bound by it keeps it
+    /// a bound, whatever happens to the group's documents).
+    fn preload<'u>(
+        &mut self,
+        updates: impl Iterator<Item = &'u UpdateReq>,
+        max_id: Option<&[u8]>,
+    ) -> Result<Option<Box<[u8]>>> {
         let mut ids: Vec<&str> = Vec::new();
         for u in updates {
             ids.extend(u.docs.iter().map(|d| d.id.as_str()));
@@ -441,6 +495,11 @@ impl<'a> Ctx<'a> {
         ids.sort_unstable();
         ids.dedup();
         self.records.reserve(ids.len());
+        let largest = ids.last().map(|id| Box::<[u8]>::from(id.as_bytes()));
+        let known = ids.partition_point(|id| max_id.is_some_and(|m| id.as_bytes() <= m));
+        for id in ids.drain(known..) {
+            self.records.insert(id.to_string(), None);
+        }
         if !self.inflight.is_empty() {
             let mut missing = Vec::with_capacity(ids.len());
             for id in ids {
@@ -463,7 +522,7 @@ impl<'a> Ctx<'a> {
             let rec = v.map(|b| DocRecord::decode(&b)).transpose()?;
             self.records.insert(id.to_string(), rec);
         }
-        Ok(())
+        Ok(largest)
     }
 
     fn load(&mut self, id: &str) -> Result<Option<DocRecord>> {

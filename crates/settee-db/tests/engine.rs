@@ -894,3 +894,48 @@ fn pipelined_groups_see_the_records_of_groups_not_yet_written() {
     assert_eq!(results[4], Err(DocFailure::Conflict));
     assert_eq!(db.info().unwrap().doc_count, 8);
 }
+
+#[test]
+fn ids_above_every_stored_id_skip_the_lookup_but_existing_ones_still_conflict() {
+    // The writer skips the by-id read for ids above the largest one it
+    // knows; a new writer reads that bound from storage. An existing id
+    // must still be found (and conflict), before and after a restart, in
+    // every database of the store.
+    let store = Arc::new(MemStore::new());
+    let opts = EngineOptions {
+        writer_idle_ms: 50,
+        ..Default::default()
+    };
+    let e = Engine::with_store(store.clone(), opts);
+    let other = e.create_db("other").unwrap();
+    put(&other, json!({"_id": "zzz"}));
+    let db = e.create_db("ids").unwrap();
+    let fresh = |id: &str| doc(json!({ "_id": id }));
+    let write = |ids: &[&str]| {
+        db.update(
+            ids.iter().map(|id| fresh(id)).collect(),
+            UpdateOptions::default(),
+        )
+        .unwrap()
+    };
+    let r = write(&["b", "d"]);
+    assert!(r.iter().all(Result::is_ok), "{r:?}");
+    // Same writer: "d" is at the bound, "e" above it, "c" below.
+    let r = write(&["d", "e", "c"]);
+    assert_eq!(r[0], Err(DocFailure::Conflict));
+    assert!(r[1].is_ok() && r[2].is_ok(), "{r:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while db.writer_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!db.writer_running(), "the writer retired");
+    // A new writer: every stored id, the largest included, still conflicts.
+    for id in ["b", "c", "d", "e"] {
+        assert_eq!(write(&[id])[0], Err(DocFailure::Conflict), "{id}");
+    }
+    let r = write(&["f", "a", "e\u{e9}"]);
+    assert!(r.iter().all(Result::is_ok), "{r:?}");
+    assert_eq!(write(&["e\u{e9}"])[0], Err(DocFailure::Conflict));
+    assert_eq!(db.info().unwrap().doc_count, 7);
+    assert_eq!(other.info().unwrap().doc_count, 1);
+}
