@@ -17,6 +17,11 @@
 //!   released once their group is written.
 //!   Requests that read storage directly (local documents, purge,
 //!   compaction) first wait for the pipeline to drain.
+//! - **An upper bound of the ids.** The writer knows an id at least as
+//!   large as every id the database holds (read once from storage when
+//!   the writer starts, raised by every group); ids above it are new
+//!   without a read. Only raising it is ever needed: nothing but this
+//!   writer adds ids, and purge only removes them.
 //! - **Durability modes** (see [`Durability`]): delayed-commit groups are
 //!   fsynced within `delayed_flush_ms` (by the committer); batch-mode
 //!   documents are buffered here and applied (with an fsync) within
