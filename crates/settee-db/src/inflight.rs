@@ -71,8 +71,7 @@ impl Inflight {
     /// ones; normally the next) and indexes its `Docs` operations.
     pub(crate) fn add(&mut self, group: u64, batch: Arc<Batch>) {
         debug_assert!(self.kept.back().is_none_or(|(g, _)| *g < group));
-        self.kept.push_back((group, batch));
-        let batch = Arc::clone(&self.kept.back().expect("just pushed").1);
+        self.kept.push_back((group, Arc::clone(&batch)));
         for (i, op) in batch.ops().enumerate() {
             let key = match op {
                 Op::Put(Keyspace::Docs, k, _) | Op::Delete(Keyspace::Docs, k) => k,

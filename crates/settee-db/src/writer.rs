@@ -271,8 +271,6 @@ impl Writer {
         });
         if reads_storage {
             self.pipe.drain();
-        }
-        if reads_storage {
             self.inflight.clear();
         } else {
             self.inflight.release_through(self.pipe.progress.done());

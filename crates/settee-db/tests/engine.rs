@@ -784,6 +784,14 @@ fn external_size_tracks_winning_bodies() {
     assert_eq!(db.info().unwrap().sizes.external, 2);
 }
 
+/// Waits (up to 5 s) until the database's writer thread has retired.
+fn wait_for_writer_to_retire(db: &Database) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while db.writer_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn idle_writers_retire_and_restart_transparently() {
     let store = Arc::new(MemStore::new());
@@ -811,10 +819,7 @@ fn idle_writers_retire_and_restart_transparently() {
         ..Default::default()
     };
     db.update(vec![doc(json!({"_id": "b"}))], batch).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while db.writer_running() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_writer_to_retire(&db);
     assert!(!db.writer_running(), "the writer retired after being idle");
     assert_eq!(
         db.info().unwrap().doc_count,
@@ -924,10 +929,7 @@ fn ids_above_every_stored_id_skip_the_lookup_but_existing_ones_still_conflict() 
     let r = write(&["d", "e", "c"]);
     assert_eq!(r[0], Err(DocFailure::Conflict));
     assert!(r[1].is_ok() && r[2].is_ok(), "{r:?}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while db.writer_running() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_writer_to_retire(&db);
     assert!(!db.writer_running(), "the writer retired");
     // A new writer: every stored id, the largest included, still conflicts.
     for id in ["b", "c", "d", "e"] {
