@@ -17,11 +17,12 @@ use settee_store::mem::MemStore;
 use settee_store::Store;
 
 fn mem_engine() -> (Engine, Arc<MemStore>) {
+    mem_engine_with(EngineOptions::default())
+}
+
+fn mem_engine_with(opts: EngineOptions) -> (Engine, Arc<MemStore>) {
     let store = Arc::new(MemStore::new());
-    (
-        Engine::with_store(store.clone(), EngineOptions::default()),
-        store,
-    )
+    (Engine::with_store(store.clone(), opts), store)
 }
 
 fn doc(v: serde_json::Value) -> Doc {
@@ -592,12 +593,11 @@ fn purge_removes_revisions_entirely() {
 
 #[test]
 fn batch_mode_applies_within_flush_window_or_on_ensure_full_commit() {
-    let store = Arc::new(MemStore::new());
     let opts = EngineOptions {
         batch_flush_ms: 100,
         ..Default::default()
     };
-    let e = Engine::with_store(store.clone(), opts);
+    let (e, store) = mem_engine_with(opts);
     let db = e.create_db("b").unwrap();
     let batch = UpdateOptions {
         durability: Some(Durability::Batch),
@@ -794,13 +794,12 @@ fn wait_for_writer_to_retire(db: &Database) {
 
 #[test]
 fn idle_writers_retire_and_restart_transparently() {
-    let store = Arc::new(MemStore::new());
     let opts = EngineOptions {
         writer_idle_ms: 50,
         batch_flush_ms: 20,
         ..Default::default()
     };
-    let e = Engine::with_store(store.clone(), opts);
+    let (e, store) = mem_engine_with(opts);
     let db = e.create_db("idle").unwrap();
     assert!(!db.writer_running(), "no writer before the first write");
     assert!(
@@ -906,12 +905,11 @@ fn ids_above_every_stored_id_skip_the_lookup_but_existing_ones_still_conflict() 
     // knows; a new writer reads that bound from storage. An existing id
     // must still be found (and conflict), before and after a restart, in
     // every database of the store.
-    let store = Arc::new(MemStore::new());
     let opts = EngineOptions {
         writer_idle_ms: 50,
         ..Default::default()
     };
-    let e = Engine::with_store(store.clone(), opts);
+    let (e, _) = mem_engine_with(opts);
     let other = e.create_db("other").unwrap();
     put(&other, json!({"_id": "zzz"}));
     let db = e.create_db("ids").unwrap();
