@@ -5,8 +5,9 @@
 //! - [`server`]: the listener loop (connection limit, header timeout,
 //!   keep-alive, graceful shutdown) and the tower stack (gzip/deflate
 //!   request bodies, compressed responses, panic guard);
-//! - this module: the request entry point — counters, CORS, authentication,
+//! - this module: the request entry point — counters, idle polling, CORS, authentication,
 //!   path splitting — before [`routes::dispatch`] picks a handler;
+//! - [`idle_poll`]: spinners that keep idle CPUs awake after requests;
 //! - [`error`]: the single error table; [`auth`]: who may do what;
 //!   [`config`]: `/_node/_local/_config` settings; [`request`]: bounded body
 //!   reading and query parsing; [`render`]: document JSON;
@@ -20,6 +21,7 @@
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod idle_poll;
 pub mod render;
 pub mod request;
 pub mod routes;
@@ -50,6 +52,7 @@ pub fn router(app: App) -> axum::Router {
 }
 
 async fn handle(State(app): State<App>, req: Request) -> Response {
+    let _in_flight = app.idle_poll.as_ref().map(|p| p.begin());
     app.stats.count_request(req.method());
     let settings = app.config.settings();
     let origin = req.headers().get(header::ORIGIN).cloned();

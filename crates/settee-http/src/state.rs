@@ -1,5 +1,5 @@
 //! The server's shared state: the engine, configuration, authenticator,
-//! id generator and counters. One `App` per server, shared by every request.
+//! id generator, counters and idle polling. One `App` per server, shared by every request.
 //!
 //! Invariant: handlers reach databases only through [`App::db`], which
 //! checks the name first, so every illegal name is a 400 before storage
@@ -17,6 +17,7 @@ use settee_db::{Database, Engine};
 use crate::auth::Auth;
 use crate::config::Config;
 use crate::error::ApiResult;
+use crate::idle_poll::IdlePoll;
 use crate::uuids::Uuids;
 
 /// The name this single node reports.
@@ -81,12 +82,14 @@ pub struct AppState {
     pub compactions: Mutex<BTreeSet<String>>,
     /// Set to true when the server shuts down; streaming feeds end.
     pub closing: tokio::sync::watch::Sender<bool>,
+    /// Told about every request when idle polling is on.
+    pub idle_poll: Option<IdlePoll>,
 }
 
 pub type App = Arc<AppState>;
 
 impl AppState {
-    pub fn new(engine: Engine, config: Arc<Config>) -> App {
+    pub fn new(engine: Engine, config: Arc<Config>, idle_poll: Option<IdlePoll>) -> App {
         let server_uuid = match config.get("couchdb", "uuid") {
             Some(u) => u,
             None => {
@@ -108,6 +111,7 @@ impl AppState {
             started: Instant::now(),
             compactions: Mutex::new(BTreeSet::new()),
             closing: tokio::sync::watch::channel(false).0,
+            idle_poll,
         })
     }
 

@@ -948,3 +948,43 @@ fn all_docs_large_pages_stream() {
     assert_eq!(page["rows"].as_array().unwrap().len(), 2000);
     assert_eq!(page["rows"][0]["id"], "doc002000");
 }
+
+/// Names of the server's threads, from /proc.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc task dir") {
+        let comm = task.expect("task entry").path().join("comm");
+        if let Ok(name) = std::fs::read_to_string(comm) {
+            names.push(name.trim().to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn idle_polling_serves_writes_and_reads_and_stops_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_in(tmp.path(), &["--idle-poll-us", "300"]);
+    let spinners = thread_names(s.child.id())
+        .iter()
+        .filter(|n| n.starts_with("idle-poll-"))
+        .count();
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(spinners, cpus, "one spinner per CPU");
+    s.create_db("idle");
+    for i in 0..50 {
+        put_doc(&s, "idle", &format!("d{i}"), json!({ "n": i }));
+    }
+    let r = s.admin("GET", "/idle/d49", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["n"], 49);
+    let status = s.stop();
+    assert!(status.success(), "{status:?}");
+    // Nothing acknowledged was lost across the shutdown.
+    let s = Server::start_in(tmp.path(), &[]);
+    let r = s.admin("GET", "/idle", None);
+    assert_eq!(r.json()["doc_count"], 50, "{r:?}");
+    assert!(!thread_names(s.child.id())
+        .iter()
+        .any(|n| n.starts_with("idle-poll-")));
+}

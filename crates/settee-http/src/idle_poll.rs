@@ -1,0 +1,327 @@
+//! Idle polling: keeps the machine's CPUs from going to sleep for a short
+//! window after each request, so the next wake-up (the next request, a
+//! finished fsync, the client reading its answer) does not pay for waking a
+//! halted CPU.
+//!
+//! On virtual machines whose guests halt idle vCPUs (no guest halt polling),
+//! waking a sleeping vCPU costs tens of microseconds — on the machine the
+//! benchmarks run on, a loopback round trip takes ~100 µs with idle vCPUs
+//! and ~40 µs with busy ones. This is the trade ScyllaDB's
+//! `--idle-poll-time-us` and KVM's guest halt polling make: CPU time that
+//! would have been idle is spent spinning, bought back as latency for
+//! serial clients.
+//!
+//! Only serial traffic is helped: when requests overlap, the CPUs are busy
+//! anyway and the short gaps between them are better left to the kernel, so
+//! any overlap suspends polling for a while.
+//!
+//! Invariants:
+//! - one spinner thread per CPU the process may run on, pinned to it, at
+//!   `SCHED_IDLE` priority: it only ever runs when that CPU has nothing
+//!   else to do, and any woken thread preempts it at once;
+//! - a spinner spins only while a request is in flight or one ended within
+//!   the last `window`, and no two requests overlapped within the last
+//!   [`CROWDED_PAUSE`]; otherwise it parks. A spinner parked for idleness is
+//!   unparked by the next request that starts alone (no lost wake-up: the
+//!   spinner announces that it sleeps and then re-reads the activity
+//!   counter, [`IdlePoll::begin`] bumps the counter and then reads the
+//!   announcement, both sequentially consistent); one parked because of
+//!   overlap wakes by itself after [`CROWDED_PAUSE`];
+//! - the request path pays a few atomic operations per request, and a wake-up
+//!   call only when a spinner sleeps; dropping the last handle stops the
+//!   spinners.
+
+// The scheduler calls (affinity, SCHED_IDLE) have no safe wrapper in libc.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// Handle to the spinners; cheap to clone into request handlers.
+#[derive(Clone)]
+pub struct IdlePoll {
+    shared: Arc<Shared>,
+    owner: Arc<Owner>,
+}
+
+impl std::fmt::Debug for IdlePoll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdlePoll")
+            .field("window", &self.shared.window)
+            .field("spinners", &self.spinners())
+            .finish()
+    }
+}
+
+/// How long spinners stay parked after requests overlapped.
+pub const CROWDED_PAUSE: Duration = Duration::from_millis(5);
+
+struct Shared {
+    /// Bumped when a request starts alone and when the last one ends.
+    activity: AtomicU64,
+    /// Requests being served.
+    in_flight: AtomicUsize,
+    /// Set when a request started while another was in flight.
+    crowded: AtomicBool,
+    /// Spinners parked for idleness (or about to park).
+    sleeping: AtomicUsize,
+    /// Spinners parked because requests overlapped.
+    paused: AtomicUsize,
+    stop: AtomicBool,
+    window: Duration,
+}
+
+/// Stops and joins the spinners when the last handle goes.
+struct Owner {
+    shared: Arc<Shared>,
+    threads: Vec<Thread>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for t in &self.threads {
+            t.unpark();
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl IdlePoll {
+    /// Starts one spinner per CPU this process may use. `window` is how long
+    /// after the last activity the spinners keep polling.
+    pub fn start(window: Duration) -> std::io::Result<IdlePoll> {
+        let shared = Arc::new(Shared {
+            activity: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            crowded: AtomicBool::new(false),
+            sleeping: AtomicUsize::new(0),
+            paused: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            window,
+        });
+        let mut threads = Vec::new();
+        let mut handles = Vec::new();
+        for cpu in allowed_cpus() {
+            let s = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("idle-poll-{cpu}"))
+                .spawn(move || {
+                    pin_to_cpu_at_idle_priority(cpu);
+                    spin(&s);
+                })?;
+            threads.push(h.thread().clone());
+            handles.push(h);
+        }
+        Ok(IdlePoll {
+            shared: shared.clone(),
+            owner: Arc::new(Owner {
+                shared,
+                threads,
+                handles,
+            }),
+        })
+    }
+
+    /// A request starts; the returned guard marks its end when dropped.
+    pub fn begin(&self) -> InFlight {
+        let s = &self.shared;
+        if s.in_flight.fetch_add(1, Ordering::SeqCst) > 0 {
+            if !s.crowded.load(Ordering::Relaxed) {
+                s.crowded.store(true, Ordering::Relaxed);
+            }
+        } else {
+            s.activity.fetch_add(1, Ordering::SeqCst);
+            if s.sleeping.load(Ordering::SeqCst) > 0 {
+                for t in &self.owner.threads {
+                    t.unpark();
+                }
+            }
+        }
+        InFlight { shared: s.clone() }
+    }
+
+    /// Number of spinner threads (one per usable CPU).
+    pub fn spinners(&self) -> usize {
+        self.owner.threads.len()
+    }
+
+    /// Spinners currently parked, for idleness or overlap (for tests and
+    /// diagnostics).
+    pub fn parked(&self) -> usize {
+        self.shared.sleeping.load(Ordering::SeqCst) + self.shared.paused.load(Ordering::SeqCst)
+    }
+}
+
+/// A request being served (see [`IdlePoll::begin`]).
+pub struct InFlight {
+    shared: Arc<Shared>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.shared.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // The window starts when the last request ends.
+            self.shared.activity.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn spin(s: &Shared) {
+    let mut seen = s.activity.load(Ordering::SeqCst);
+    let mut since = Instant::now();
+    while !s.stop.load(Ordering::Relaxed) {
+        if s.crowded.swap(false, Ordering::Relaxed) {
+            s.paused.fetch_add(1, Ordering::SeqCst);
+            std::thread::park_timeout(CROWDED_PAUSE);
+            s.paused.fetch_sub(1, Ordering::SeqCst);
+            seen = s.activity.load(Ordering::SeqCst);
+            since = Instant::now();
+            continue;
+        }
+        let now_seen = s.activity.load(Ordering::Relaxed);
+        if now_seen != seen || s.in_flight.load(Ordering::Relaxed) > 0 {
+            seen = now_seen;
+            since = Instant::now();
+        } else if since.elapsed() >= s.window {
+            s.sleeping.fetch_add(1, Ordering::SeqCst);
+            // Re-read after announcing: a touch that raced with the
+            // announcement is seen here, or it sees the announcement.
+            if s.activity.load(Ordering::SeqCst) == seen && !s.stop.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            s.sleeping.fetch_sub(1, Ordering::SeqCst);
+            seen = s.activity.load(Ordering::SeqCst);
+            since = Instant::now();
+            continue;
+        }
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The CPUs in this process's affinity mask (all CPUs if it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit mask that sched_getaffinity fills in; the
+    // size passed is its own size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect();
+            if !cpus.is_empty() {
+                return cpus;
+            }
+        }
+    }
+    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+}
+
+/// Best effort: a spinner that cannot be pinned or lowered still works, it
+/// only competes less politely.
+fn pin_to_cpu_at_idle_priority(cpu: usize) {
+    // SAFETY: both calls take pointers to properly initialised local values
+    // and affect only the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::debug!(cpu, "idle poll: cannot pin spinner");
+        }
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            tracing::debug!(cpu, "idle poll: cannot lower spinner to SCHED_IDLE");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_until(mut f: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
+    fn spinners_park_when_idle_and_wake_on_touch() {
+        let p = IdlePoll::start(Duration::from_millis(200)).unwrap();
+        let n = p.spinners();
+        assert!(n >= 1);
+        assert!(wait_until(|| p.parked() == n), "spinners never parked");
+        drop(p.begin());
+        assert!(
+            wait_until(|| p.parked() < n),
+            "a request did not wake the spinners"
+        );
+        assert!(
+            wait_until(|| p.parked() == n),
+            "spinners did not park again after the window"
+        );
+    }
+
+    #[test]
+    fn spinners_keep_polling_while_a_request_is_in_flight() {
+        let p = IdlePoll::start(Duration::from_millis(50)).unwrap();
+        let n = p.spinners();
+        assert!(wait_until(|| p.parked() == n));
+        let req = p.begin();
+        assert!(wait_until(|| p.parked() == 0), "spinners did not wake");
+        // Longer than the window: a slow request (an fsync) keeps them up.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(p.parked(), 0, "spinners parked during a request");
+        drop(req);
+        assert!(wait_until(|| p.parked() == n));
+    }
+
+    #[test]
+    fn overlapping_requests_suspend_polling() {
+        let p = IdlePoll::start(Duration::from_secs(60)).unwrap();
+        let n = p.spinners();
+        let first = p.begin();
+        assert!(wait_until(|| p.parked() == 0), "spinners did not wake");
+        // While requests overlap, the spinners keep parking for a pause.
+        let second = p.begin();
+        let mut all_parked = false;
+        for _ in 0..100 {
+            let again = p.begin();
+            drop(again);
+            if p.parked() == n {
+                all_parked = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(all_parked, "overlap did not park the spinners");
+        drop(second);
+        drop(first);
+    }
+
+    #[test]
+    fn dropping_the_last_handle_stops_the_spinners() {
+        let p = IdlePoll::start(Duration::from_secs(60)).unwrap();
+        let clone = p.clone();
+        drop(p.begin());
+        drop(p);
+        // Still owned by the clone: spinners keep running.
+        assert!(!clone.shared.stop.load(Ordering::SeqCst));
+        let shared = clone.shared.clone();
+        drop(clone); // joins the threads, so this returns only once they end
+        assert!(shared.stop.load(Ordering::SeqCst));
+        assert_eq!(shared.sleeping.load(Ordering::SeqCst), 0);
+    }
+}
