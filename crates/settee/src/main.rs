@@ -69,8 +69,8 @@ struct ServeArgs {
     /// Microseconds the CPUs keep polling after each request instead of
     /// sleeping (0: off). Lowers latency for serial clients on machines where
     /// waking an idle CPU is slow (VMs), at the cost of CPU time that would
-    /// otherwise be idle.
-    #[arg(long, default_value_t = 0)]
+    /// otherwise be idle. At most 1 s.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     idle_poll_us: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).

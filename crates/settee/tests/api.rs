@@ -987,4 +987,21 @@ fn idle_polling_serves_writes_and_reads_and_stops_cleanly() {
     assert!(!thread_names(s.child.id())
         .iter()
         .any(|n| n.starts_with("idle-poll-")));
+    drop(s);
+    // The window is bounded (1 s): a larger one is refused at start.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--idle-poll-us",
+            "1000001",
+        ])
+        .arg("--data")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--idle-poll-us"), "{err}");
 }
