@@ -50,14 +50,13 @@ use std::time::{Duration, Instant};
 /// Handle to the spinners; cheap to clone into request handlers.
 #[derive(Clone)]
 pub struct IdlePoll {
-    shared: Arc<Shared>,
     owner: Arc<Owner>,
 }
 
 impl std::fmt::Debug for IdlePoll {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdlePoll")
-            .field("window", &self.shared.window)
+            .field("window", &self.owner.shared.window)
             .field("spinners", &self.spinners())
             .finish()
     }
@@ -139,7 +138,6 @@ impl IdlePoll {
             handles.push(h);
         }
         Ok(IdlePoll {
-            shared: shared.clone(),
             owner: Arc::new(Owner {
                 shared,
                 threads,
@@ -150,7 +148,7 @@ impl IdlePoll {
 
     /// A request starts; the returned guard marks its end when dropped.
     pub fn begin(&self) -> InFlight {
-        let s = &self.shared;
+        let s = &self.owner.shared;
         if s.in_flight.fetch_add(1, Ordering::SeqCst) > 0 {
             s.suspend_polling();
         } else {
@@ -174,13 +172,13 @@ impl IdlePoll {
 
     /// Spinners currently parked for idleness (for tests and diagnostics).
     pub fn parked(&self) -> usize {
-        self.shared.sleeping.load(Ordering::SeqCst)
+        self.owner.shared.sleeping.load(Ordering::SeqCst)
     }
 
-    /// Pauses the spinners took so far because requests overlapped or one
-    /// was long (for tests and diagnostics).
+    /// Pauses the spinners took so far because requests overlapped or ran
+    /// long on average (for tests and diagnostics).
     pub fn pauses(&self) -> u64 {
-        self.shared.pauses.load(Ordering::SeqCst)
+        self.owner.shared.pauses.load(Ordering::SeqCst)
     }
 }
 
@@ -239,7 +237,7 @@ fn spin(s: &Shared) {
             since = Instant::now();
         } else if since.elapsed() >= s.window {
             s.sleeping.fetch_add(1, Ordering::SeqCst);
-            // Re-read after announcing: a touch that raced with the
+            // Re-read after announcing: a request that raced with the
             // announcement is seen here, or it sees the announcement.
             if s.activity.load(Ordering::SeqCst) == seen && !s.stop.load(Ordering::SeqCst) {
                 std::thread::park();
@@ -307,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn spinners_park_when_idle_and_wake_on_touch() {
+    fn spinners_park_when_idle_and_wake_on_a_request() {
         let p = IdlePoll::start(Duration::from_millis(200)).unwrap();
         let n = p.spinners();
         assert!(n >= 1);
@@ -341,9 +339,10 @@ mod tests {
     fn long_requests_on_average_suspend_polling() {
         let p = IdlePoll::start(Duration::from_secs(60)).unwrap();
         let n = p.spinners();
-        drop(p.begin()); // short and alone: no pause
-                         // One slow request (an fsync that took 2 ms) among short ones does
-                         // not lift the average above the limit.
+        // A short request alone: no pause.
+        drop(p.begin());
+        // One slow request (an fsync that took 2 ms) among short ones does
+        // not lift the average above the limit.
         let slow = p.begin();
         std::thread::sleep(LONG_REQUEST * 2);
         drop(slow);
@@ -393,8 +392,8 @@ mod tests {
         drop(p.begin());
         drop(p);
         // Still owned by the clone: spinners keep running.
-        assert!(!clone.shared.stop.load(Ordering::SeqCst));
-        let shared = clone.shared.clone();
+        assert!(!clone.owner.shared.stop.load(Ordering::SeqCst));
+        let shared = clone.owner.shared.clone();
         drop(clone); // joins the threads, so this returns only once they end
         assert!(shared.stop.load(Ordering::SeqCst));
         assert_eq!(shared.sleeping.load(Ordering::SeqCst), 0);
