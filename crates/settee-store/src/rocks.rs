@@ -70,8 +70,8 @@ impl RocksStore {
         // to a reused log overwrites blocks the file already owns (an fsync
         // then need not journal new extents or a new size) and pages the
         // page cache may still hold. Recovery stops at the first stale
-        // record of a log's previous life (RocksDB supports this with
-        // point-in-time recovery since 9.x; tests/wal_recycling_crash.rs
+        // record of a log's previous life (the RocksDB we build, 11.8,
+        // accepts recycling with point-in-time recovery; tests/wal_recycling_crash.rs
         // SIGKILLs a writer after recycling and finds every acked write).
         db_opts.set_recycle_log_file_num(4);
         // Flushes and compactions write whole new files that nothing reads
