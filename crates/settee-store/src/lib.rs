@@ -66,7 +66,8 @@ impl Keyspace {
         }
     }
 
-    fn index(self) -> usize {
+    /// The keyspace's position in [`Keyspace::ALL`].
+    pub fn index(self) -> usize {
         self as usize
     }
 }
@@ -299,6 +300,13 @@ pub trait Store: Send + Sync {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn index_is_the_position_in_all() {
+        for (i, ks) in Keyspace::ALL.iter().enumerate() {
+            assert_eq!(ks.index(), i, "{ks:?}");
+        }
+    }
 
     /// An owned operation, the model the arena is checked against.
     #[derive(Debug, Clone, PartialEq, Eq)]

@@ -160,11 +160,15 @@ fn to_rocks_batch(db: &DB, batch: &Batch) -> WriteBatch {
     // Per op: a tag, a column family id and two length prefixes (at most
     // 16 bytes).
     let mut wb = WriteBatch::with_capacity_bytes(12 + batch.data_bytes() + 16 * batch.len());
+    // Handles looked up once per batch, not per operation (a lookup by
+    // name compares strings).
+    let cfs = Keyspace::ALL.map(|ks| cf_handle(db, ks));
+    let cf = |ks: Keyspace| cfs[ks.index()];
     for op in batch.ops() {
         match op {
-            Op::Put(ks, k, v) => wb.put_cf(cf_handle(db, ks), k, v),
-            Op::Delete(ks, k) => wb.delete_cf(cf_handle(db, ks), k),
-            Op::DeleteRange(ks, from, to) => wb.delete_range_cf(cf_handle(db, ks), from, to),
+            Op::Put(ks, k, v) => wb.put_cf(cf(ks), k, v),
+            Op::Delete(ks, k) => wb.delete_cf(cf(ks), k),
+            Op::DeleteRange(ks, from, to) => wb.delete_range_cf(cf(ks), from, to),
         }
     }
     wb
