@@ -353,16 +353,33 @@ impl Database {
         docs: Vec<Doc>,
         opts: UpdateOptions,
     ) -> Result<Vec<DocResult>> {
+        let mut results = Vec::new();
+        self.update_async_each(docs, opts, |mut chunk| results.append(&mut chunk))
+            .await?;
+        Ok(results)
+    }
+
+    /// [`Database::update_async`] that hands over the results chunk by
+    /// chunk, in order, as each chunk is written — so a caller can render
+    /// early results while later chunks are still on their way to disk.
+    /// Only a returned `Ok` means the whole call succeeded and is as
+    /// durable as asked (earlier chunks are answered before the last
+    /// chunk's fsync covers them). Batch mode hands over nothing.
+    pub async fn update_async_each(
+        &self,
+        docs: Vec<Doc>,
+        opts: UpdateOptions,
+        mut each: impl FnMut(Vec<DocResult>),
+    ) -> Result<()> {
         let mut pending = Vec::new();
         for (req, rx) in self.update_requests(docs, opts)? {
             self.send_async(req).await?;
             pending.extend(rx);
         }
-        let mut results = Vec::new();
         for rx in pending {
-            results.append(&mut recv_async(rx).await?);
+            each(recv_async(rx).await?);
         }
-        Ok(results)
+        Ok(())
     }
 
     /// Writes one document; a refused document is an error.

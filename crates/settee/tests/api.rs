@@ -783,6 +783,73 @@ fn bulk_docs_semantics() {
 }
 
 #[test]
+fn large_bulk_docs_answer_every_document_in_input_order() {
+    // 300 documents span several of the engine's chunks, whose results
+    // are rendered as each chunk is written.
+    let s = shared();
+    s.create_db("bulkbig");
+    for id in ["d050", "d150", "d299"] {
+        assert_eq!(
+            s.anon("PUT", &format!("/bulkbig/{id}"), Some("{}")).status,
+            201
+        );
+    }
+    let docs: Vec<Value> = (0..300)
+        .map(|i| json!({"_id": format!("d{i:03}"), "i": i}))
+        .collect();
+    let r = s.anon(
+        "POST",
+        "/bulkbig/_bulk_docs",
+        Some(&json!({ "docs": docs }).to_string()),
+    );
+    assert_eq!(r.status, 201);
+    let res = r.json();
+    let res = res.as_array().unwrap();
+    assert_eq!(res.len(), 300);
+    for (i, x) in res.iter().enumerate() {
+        assert_eq!(x["id"], format!("d{i:03}"), "{x}");
+        if [50, 150, 299].contains(&i) {
+            assert_eq!(x["error"], "conflict", "{x}");
+        } else {
+            assert_eq!(x["ok"], true, "{x}");
+        }
+    }
+    // A local document among them is answered in its place too.
+    let mut docs: Vec<Value> = (300..600)
+        .map(|i| json!({"_id": format!("d{i:03}")}))
+        .collect();
+    docs[200] = json!({"_id": "_local/mid", "v": 1});
+    let r = s
+        .anon(
+            "POST",
+            "/bulkbig/_bulk_docs",
+            Some(&json!({ "docs": docs }).to_string()),
+        )
+        .json();
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 300);
+    assert_eq!(
+        r[200],
+        json!({"ok": true, "id": "_local/mid", "rev": "0-1"})
+    );
+    assert_eq!(r[199]["id"], "d499");
+    assert_eq!(r[201]["id"], "d501");
+    assert_eq!(r[299]["id"], "d599");
+    assert!(r.iter().all(|x| x["ok"] == true), "{r:?}");
+    // new_edits=false answers only the failures: none here.
+    let docs: Vec<Value> = (0..300)
+        .map(|i| json!({"_id": format!("r{i:03}"), "_rev": "1-abc"}))
+        .collect();
+    let r = s.anon(
+        "POST",
+        "/bulkbig/_bulk_docs",
+        Some(&json!({ "docs": docs, "new_edits": false }).to_string()),
+    );
+    assert_eq!((r.status, r.json()), (201, json!([])));
+    assert_eq!(s.anon("GET", "/bulkbig", None).json()["doc_count"], 899);
+}
+
+#[test]
 fn bulk_get_revs_diff_missing_revs() {
     let s = shared();
     s.create_db("bget");

@@ -20,11 +20,11 @@ use serde_json::{Map, Value};
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
-use settee_db::{DocFailure, Error, GetOptions, OpenRev, OpenRevs, UpdateOptions};
+use settee_db::{DocFailure, DocResult, Error, GetOptions, OpenRev, OpenRevs, UpdateOptions};
 
 use super::allow;
 use super::doc::push_open_rev;
-use crate::auth::{require_db_reader, require_db_writer, require_design_writer};
+use crate::auth::{require_db_reader, require_db_writer, require_design_writer, UserCtx};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
 use crate::request::{body_error, local_parts, parse_id_revs, parse_rev, Req};
@@ -77,6 +77,98 @@ fn push_failure(out: &mut String, id: &str, f: &DocFailure) {
     out.push('}');
 }
 
+/// A `_bulk_docs` response, rendered slot by slot as far as the outcomes
+/// are known.
+struct Rendering {
+    out: String,
+    first: bool,
+    /// The next slot to render.
+    next: usize,
+    /// The engine's results so far, in order.
+    results: Vec<DocResult>,
+    /// `new_edits=false` answers only the failures.
+    new_edits: bool,
+}
+
+impl Rendering {
+    fn new(slots: usize, new_edits: bool) -> Rendering {
+        let mut out = String::with_capacity(slots * 90 + 2);
+        out.push('[');
+        Rendering {
+            out,
+            first: true,
+            next: 0,
+            results: Vec::with_capacity(slots),
+            new_edits,
+        }
+    }
+
+    /// Renders slots until one whose outcome is not known yet. With
+    /// `done`, every result has arrived: an engine slot without one was
+    /// accepted in batch mode and has no revision to show.
+    fn advance(&mut self, slots: &[(String, Slot)], done: bool) {
+        while let Some((id, slot)) = slots.get(self.next) {
+            let outcome = match slot {
+                Slot::Engine(i) => match self.results.get(*i) {
+                    Some(Ok(rev)) => Some(Outcome::Rev(rev)),
+                    Some(Err(f)) => Some(Outcome::Failed(f)),
+                    None if done => None,
+                    None => return,
+                },
+                Slot::Done(Ok(rev)) => Some(Outcome::Text(rev)),
+                Slot::Done(Err(f)) => Some(Outcome::Failed(f)),
+            };
+            self.next += 1;
+            let Some(outcome) = outcome else { continue };
+            if !self.new_edits && !matches!(outcome, Outcome::Failed(_)) {
+                continue;
+            }
+            if !self.first {
+                self.out.push(',');
+            }
+            self.first = false;
+            push_result(&mut self.out, id, outcome);
+        }
+    }
+}
+
+/// One document of a `_bulk_docs` body, parsed.
+enum Parsed {
+    /// A `_local` document: its id, the revision given, its body (none
+    /// deletes it).
+    Local(String, Option<String>, Option<Body>),
+    Doc(Doc),
+}
+
+/// Parses one document of a `_bulk_docs` body.
+fn parse_doc(app: &App, user: &UserCtx, text: &str) -> ApiResult<Parsed> {
+    // Without "_local" (or a \u escape that could spell it) the id cannot
+    // name a local document: the fast path applies.
+    let doc = if text.contains("_local") || text.contains("\\u") {
+        let value: Value = serde_json::from_str(text).map_err(body_error)?;
+        let local_id = value
+            .get("_id")
+            .and_then(Value::as_str)
+            .filter(|id| id.starts_with("_local/"))
+            .map(str::to_string);
+        if let Some(id) = local_id {
+            validate_doc_id(&id)?;
+            let Value::Object(map) = value else {
+                return Err(ApiError::bad_request("Document must be a JSON object"));
+            };
+            let (rev, body) = local_parts(map)?;
+            return Ok(Parsed::Local(id, rev, body));
+        }
+        Doc::from_json(value, || app.new_uuid())?
+    } else {
+        Doc::from_json_text(text, || app.new_uuid())?
+    };
+    if doc.id.starts_with("_design/") {
+        require_design_writer(user)?;
+    }
+    Ok(Parsed::Doc(doc))
+}
+
 pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_writer(&req.settings, &req.user)?;
@@ -118,43 +210,27 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     }
     app.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
     let max_size = req.settings.max_document_size;
-    let mut engine_docs = Vec::with_capacity(docs.len());
-    let mut slots: Vec<(String, Slot)> = Vec::with_capacity(docs.len());
+    let parsed = docs
+        .iter()
+        .map(|raw| parse_doc(app, &req.user, raw.get()))
+        .collect::<ApiResult<Vec<Parsed>>>()?;
+    let mut engine_docs = Vec::with_capacity(parsed.len());
+    let mut slots: Vec<(String, Slot)> = Vec::with_capacity(parsed.len());
     let mut locals: Vec<(usize, String, Option<String>, Option<Body>)> = Vec::new();
-    for raw in docs {
-        let text = raw.get();
-        // Without "_local" (or a \u escape that could spell it) the id
-        // cannot name a local document: the fast path applies.
-        let doc = if text.contains("_local") || text.contains("\\u") {
-            let value: Value = serde_json::from_str(text).map_err(body_error)?;
-            let local_id = value
-                .get("_id")
-                .and_then(Value::as_str)
-                .filter(|id| id.starts_with("_local/"))
-                .map(str::to_string);
-            if let Some(id) = local_id {
-                validate_doc_id(&id)?;
-                let Value::Object(map) = value else {
-                    return Err(ApiError::bad_request("Document must be a JSON object"));
-                };
-                let (rev, body) = local_parts(map)?;
+    for p in parsed {
+        match p {
+            Parsed::Local(id, rev, body) => {
                 locals.push((slots.len(), id.clone(), rev, body));
                 slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
-                continue;
             }
-            Doc::from_json(value, || app.new_uuid())?
-        } else {
-            Doc::from_json_text(text, || app.new_uuid())?
-        };
-        if doc.id.starts_with("_design/") {
-            require_design_writer(&req.user)?;
+            Parsed::Doc(doc) if doc.body.len() as u64 > max_size => {
+                slots.push((doc.id, Slot::Done(Err(DocFailure::TooLarge(0)))));
+            }
+            Parsed::Doc(doc) => {
+                slots.push((doc.id.clone(), Slot::Engine(engine_docs.len())));
+                engine_docs.push(doc);
+            }
         }
-        if doc.body.len() as u64 > max_size {
-            slots.push((doc.id, Slot::Done(Err(DocFailure::TooLarge(0)))));
-            continue;
-        }
-        slots.push((doc.id.clone(), Slot::Engine(engine_docs.len())));
-        engine_docs.push(doc);
     }
     let durability = req.commit_durability();
     let opts = UpdateOptions {
@@ -163,11 +239,22 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         durability: Some(durability),
     };
     let n = engine_docs.len() as u64;
-    let results = if engine_docs.is_empty() {
-        Vec::new()
-    } else {
-        match db.update_async(engine_docs, opts).await {
-            Ok(r) => r,
+    let mut render = Rendering::new(slots.len(), new_edits);
+    if !engine_docs.is_empty() {
+        // Without local documents (answered after the update) every slot's
+        // outcome is known once its chunk is: render as results arrive,
+        // while later chunks are still being written.
+        let early = locals.is_empty();
+        let outcome = db
+            .update_async_each(engine_docs, opts, |chunk| {
+                render.results.extend(chunk);
+                if early {
+                    render.advance(&slots, false);
+                }
+            })
+            .await;
+        match outcome {
+            Ok(()) => {}
             Err(Error::AllOrNothingFailed(failures)) => {
                 let mut out = String::from("[");
                 for (i, (id, f)) in failures.iter().enumerate() {
@@ -181,35 +268,14 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             }
             Err(e) => return Err(e.into()),
         }
-    };
+    }
     app.stats.docs_written.fetch_add(n, Ordering::Relaxed);
     for (slot, id, rev, body) in locals {
         let r = db.put_local_async(&id, rev, body, Some(durability)).await?;
         slots[slot].1 = Slot::Done(r);
     }
-    let mut out = String::with_capacity(slots.len() * 90 + 2);
-    out.push('[');
-    let mut first = true;
-    for (id, slot) in &slots {
-        let outcome = match slot {
-            Slot::Engine(i) => match results.get(*i) {
-                Some(Ok(rev)) => Outcome::Rev(rev),
-                Some(Err(f)) => Outcome::Failed(f),
-                // Batch durability: accepted, no revision yet.
-                None => continue,
-            },
-            Slot::Done(Ok(rev)) => Outcome::Text(rev),
-            Slot::Done(Err(f)) => Outcome::Failed(f),
-        };
-        if !new_edits && !matches!(outcome, Outcome::Failed(_)) {
-            continue;
-        }
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        push_result(&mut out, id, outcome);
-    }
+    render.advance(&slots, true);
+    let mut out = render.out;
     out.push(']');
     Ok(json_response(StatusCode::CREATED, out))
 }
