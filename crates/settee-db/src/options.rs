@@ -57,8 +57,8 @@ impl Default for EngineOptions {
             batch_docs_max: 1000,
             writer_queue_max: 4096,
             writer_idle_ms: 30_000,
-            group_docs_max: 512,
-            update_chunk_docs: 256,
+            group_docs_max: 128,
+            update_chunk_docs: 128,
             update_docs_max: 100_000,
             rocks: RocksOptions::default(),
         }
