@@ -41,4 +41,5 @@ pub use options::{Durability, EngineOptions};
 pub use reader::{
     AllDocsRow, ChangeRow, DocRead, GetOptions, IdRange, LocalDoc, OpenRev, OpenRevs, Reader,
 };
+pub use settee_store::rocks::RocksOptions;
 pub use writer::{DocResult, PurgeOutcome};

@@ -1,7 +1,9 @@
 //! The storage seam: a small trait over an ordered, transactional key-value
 //! engine, and its implementations.
 //!
-//! - [`rocks::RocksStore`]: the embedded engine (RocksDB; see docs/adr/0001).
+//! - [`rocks::RocksStore`]: the embedded engine (RocksDB; see docs/adr/0001),
+//!   whose first write-ahead log is pre-formatted in the background
+//!   (`preformat`).
 //! - [`mem::MemStore`]: in memory, with a separate "durable image" so tests can
 //!   simulate a crash that loses unsynced writes.
 //! - [`faulty::FaultyStore`]: wraps another store and fails writes or syncs
@@ -22,6 +24,7 @@
 
 pub mod faulty;
 pub mod mem;
+mod preformat;
 pub mod rocks;
 
 use std::sync::Arc;

@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use settee_db::{Durability, Engine, EngineOptions};
+use settee_db::{Durability, Engine, EngineOptions, RocksOptions};
 use settee_http::config::Config;
 use settee_http::{AppState, ServeOptions};
 
@@ -72,6 +72,13 @@ struct ServeArgs {
     /// otherwise be idle. At most 1 s.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     idle_poll_us: u64,
+    /// MiB of each of the first two write-ahead logs to pre-format in the
+    /// background after start-up (0: off): they are filled and recycled,
+    /// so commits overwrite log blocks instead of appending (an fsync after
+    /// an append also commits the file's new size through the file system's
+    /// journal).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    wal_preformat_mb: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
@@ -115,6 +122,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         // The HTTP layer enforces the live `max_document_size`; the engine's
         // bound is only a backstop.
         max_document_bytes: usize::try_from(settings.max_http_request_size).unwrap_or(usize::MAX),
+        rocks: RocksOptions {
+            wal_preformat_bytes: args.wal_preformat_mb << 20,
+            ..RocksOptions::default()
+        },
         ..EngineOptions::default()
     };
     let engine =

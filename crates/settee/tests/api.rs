@@ -1088,3 +1088,49 @@ fn idle_polling_serves_writes_and_reads_and_stops_cleanly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--idle-poll-us"), "{err}");
 }
+
+#[test]
+fn the_write_ahead_log_is_preformatted_in_the_background() {
+    let tmp = tempfile::tempdir().unwrap();
+    let info_log = tmp.path().join("store").join("LOG");
+    let reused =
+        || std::fs::read_to_string(&info_log).is_ok_and(|l| l.contains("from recycle list"));
+    let s = Server::start_in(tmp.path(), &["--wal-preformat-mb", "4"]);
+    s.create_db("pre");
+    for i in 0..20 {
+        put_doc(&s, "pre", &format!("d{i}"), json!({ "n": i }));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !reused() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(reused(), "the pre-formatted log was not recycled");
+    for i in 20..40 {
+        put_doc(&s, "pre", &format!("d{i}"), json!({ "n": i }));
+    }
+    let status = s.stop();
+    assert!(status.success(), "{status:?}");
+    // Off: nothing is recycled in a new process life; the data is all there.
+    std::fs::remove_file(&info_log).unwrap();
+    let s = Server::start_in(tmp.path(), &["--wal-preformat-mb", "0"]);
+    assert_eq!(s.admin("GET", "/pre", None).json()["doc_count"], 40);
+    put_doc(&s, "pre", "more", json!({}));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!reused());
+    drop(s);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--wal-preformat-mb",
+            "4097",
+        ])
+        .arg("--data")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--wal-preformat-mb"), "{err}");
+}
