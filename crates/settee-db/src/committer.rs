@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex};
-use settee_store::Batch;
+use settee_store::{Batch, Prepared};
 use tokio::sync::oneshot;
 
 use crate::database::Shared;
@@ -80,6 +80,8 @@ pub(crate) struct Commit {
     pub group: u64,
     /// Empty when the group changed nothing (e.g. only a flush).
     pub batch: Arc<Batch>,
+    /// The batch in the store's own format, encoded by the writer.
+    pub prepared: Option<Prepared>,
     /// Fsync before answering.
     pub sync: bool,
     /// The database's state after this group, published once written.
@@ -262,7 +264,7 @@ impl Core {
 
     /// Writes the commits as one storage batch, fsyncs if any asks, then
     /// publishes and answers them in order.
-    fn commit(&mut self, commits: Vec<Commit>) {
+    fn commit(&mut self, mut commits: Vec<Commit>) {
         let last = commits.last().map_or(0, |c| c.group);
         if let Err(e) = self.shared.poison.check() {
             fail(commits, &e);
@@ -273,24 +275,33 @@ impl Core {
         // One commit is written as it is; queued ones are merged into one
         // batch (one write, one fsync).
         let merged;
-        let batch: &Batch = match commits.as_slice() {
-            [only] => &only.batch,
+        let (batch, prepared): (&Batch, Option<Prepared>) = match commits.as_mut_slice() {
+            [only] => (&only.batch, only.prepared.take()),
             _ => {
                 let ops = commits.iter().map(|c| c.batch.len()).sum();
                 let bytes = commits.iter().map(|c| c.batch.data_bytes()).sum();
                 let mut all = Batch::with_capacity(ops, bytes);
-                for c in &commits {
+                let mut prepared: Option<Prepared> = None;
+                let mut complete = true;
+                for c in &mut commits {
                     all.append(&c.batch);
+                    match (&mut prepared, c.prepared.take()) {
+                        (_, None) => complete = false,
+                        (None, Some(p)) => prepared = Some(p),
+                        (Some(acc), Some(p)) => acc.append(&p),
+                    }
                 }
                 merged = all;
-                &merged
+                (&merged, prepared.filter(|_| complete))
             }
         };
         let wrote = !batch.is_empty();
+        let store = &self.shared.store;
         let result = if wrote {
-            self.shared
-                .poison
-                .guard(self.shared.store.write(batch, sync))
+            self.shared.poison.guard(match prepared {
+                Some(p) => store.write_prepared(batch, p, sync),
+                None => store.write(batch, sync),
+            })
         } else if sync && self.unsynced_since.is_some() {
             self.shared.poison.guard(self.shared.store.sync())
         } else {

@@ -383,6 +383,9 @@ impl Writer {
         // while they are still in the cache.
         drop(records);
         let group = self.pipe.sent + 1;
+        // Encoded here, not by the committer: this thread has time to spare
+        // while the committer writes the previous group.
+        let prepared = self.shared.store.prepare(&batch);
         let batch = Arc::new(batch);
         self.inflight.add(group, Arc::clone(&batch));
         self.state = state.clone();
@@ -393,6 +396,7 @@ impl Writer {
             Commit {
                 group,
                 batch,
+                prepared,
                 sync,
                 state,
                 replies,

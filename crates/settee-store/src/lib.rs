@@ -15,6 +15,9 @@
 //!   written before it, is durable when the call returns.
 //!   With `sync = false` the batch must still survive a crash of the process
 //!   (it has been handed to the OS); only an OS crash or power loss may lose it.
+//! - [`Store::write_prepared`] is [`Store::write`] with the batch already
+//!   encoded by [`Store::prepare`] on another thread (RocksDB: its own write
+//!   batch format, so the committing thread does not build it op by op).
 //! - [`Store::sync`] makes every batch written so far durable.
 //! - A [`Snapshot`] sees the store as of its creation, whatever is written
 //!   later, and is re-entrant: its `get` may be called from inside its own
@@ -247,6 +250,28 @@ impl Batch {
     }
 }
 
+/// A batch already encoded in its store's own write format (by
+/// [`Store::prepare`]), so that the thread that commits it only hands the
+/// bytes over. Only the store that made it can read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// The encoding, including any header the store reserves.
+    bytes: Vec<u8>,
+    /// Operations encoded.
+    count: u32,
+    /// Bytes of the header at the front of `bytes`.
+    header: usize,
+}
+
+impl Prepared {
+    /// Appends `other`'s operations after this one's (for a batch merged
+    /// with [`Batch::append`]).
+    pub fn append(&mut self, other: &Prepared) {
+        self.bytes.extend_from_slice(&other.bytes[other.header..]);
+        self.count += other.count;
+    }
+}
+
 /// Visitor for scans: return false to stop.
 pub type ScanFn<'a> = dyn FnMut(&[u8], &[u8]) -> bool + 'a;
 
@@ -268,6 +293,20 @@ pub trait Snapshot: Send + Sync {
 /// An ordered, transactional key-value engine.
 pub trait Store: Send + Sync {
     fn write(&self, batch: &Batch, sync: bool) -> Result<()>;
+    /// Encodes `batch` in the store's write format ahead of its write, on
+    /// the caller's thread (the writer prepares a group while the committer
+    /// writes the previous one). `None`: the store has no faster path.
+    fn prepare(&self, batch: &Batch) -> Option<Prepared> {
+        let _ = batch;
+        None
+    }
+    /// [`Store::write`] of `batch`, given what [`Store::prepare`] made of
+    /// it (batches merged with [`Batch::append`] come with their
+    /// preparations merged with [`Prepared::append`]).
+    fn write_prepared(&self, batch: &Batch, prepared: Prepared, sync: bool) -> Result<()> {
+        let _ = prepared;
+        self.write(batch, sync)
+    }
     fn sync(&self) -> Result<()>;
     /// Reads the latest committed value.
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>>;

@@ -23,7 +23,7 @@ use rocksdb::{
 use parking_lot::Mutex;
 
 use crate::preformat::{self, Preformat};
-use crate::{Batch, Keyspace, Op, Result, ScanFn, Snapshot, Store, StoreError};
+use crate::{Batch, Keyspace, Op, Prepared, Result, ScanFn, Snapshot, Store, StoreError};
 
 /// Tunables for the RocksDB instance.
 #[derive(Debug, Clone)]
@@ -56,6 +56,8 @@ impl Default for RocksOptions {
 pub struct RocksStore {
     db: Arc<DB>,
     path: PathBuf,
+    /// RocksDB's id of each keyspace's column family, by [`Keyspace::index`].
+    cf_ids: [u32; Keyspace::ALL.len()],
     /// Joined on drop, so the database is closed with the store.
     preformat: Mutex<Option<Preformat>>,
 }
@@ -108,10 +110,12 @@ impl RocksStore {
             .map(|ks| ks.name().to_string())
             .chain([preformat::CF.to_string()])
             .collect();
+        let cf_ids = Keyspace::ALL.map(|ks| cf_id(&db, ks));
         let preformat = Preformat::start(db.clone(), opts.wal_preformat_bytes, names);
         Ok(RocksStore {
             db,
             path: path.to_path_buf(),
+            cf_ids,
             preformat: Mutex::new(preformat),
         })
     }
@@ -183,6 +187,49 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
     use DBCompressionType::{Lz4, None as Plain};
     o.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
     o
+}
+
+// RocksDB's write batch format (rocksdb/db/write_batch.cc): a 12-byte
+// header (the sequence number, which the write fills in, then the record
+// count, both little-endian), then per record a tag, the column family id
+// (varint32) and the key and value, each prefixed with its length
+// (varint32).
+const BATCH_HEADER: usize = 12;
+const TAG_CF_DELETION: u8 = 0x4;
+const TAG_CF_VALUE: u8 = 0x5;
+const TAG_CF_RANGE_DELETION: u8 = 0xE;
+
+fn push_varint32(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn push_slice(out: &mut Vec<u8>, s: &[u8]) {
+    // Keys and values are bounded far below 4 GiB (document and request
+    // size limits).
+    push_varint32(
+        out,
+        u32::try_from(s.len()).expect("a key or value under 4 GiB"),
+    );
+    out.extend_from_slice(s);
+}
+
+/// The id RocksDB gave `ks`'s column family, read back from a write batch
+/// RocksDB encodes itself (the id follows the header and the tag).
+fn cf_id(db: &DB, ks: Keyspace) -> u32 {
+    let mut wb = WriteBatch::default();
+    wb.put_cf(cf_handle(db, ks), b"", b"");
+    let mut id = 0u32;
+    for (i, b) in wb.data()[BATCH_HEADER + 1..].iter().enumerate().take(5) {
+        id |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    id
 }
 
 fn to_rocks_batch(db: &DB, batch: &Batch) -> WriteBatch {
@@ -311,6 +358,41 @@ impl Store for RocksStore {
         self.db.write_opt(wb, &wo).map_err(io)
     }
 
+    fn prepare(&self, batch: &Batch) -> Option<Prepared> {
+        // Per operation at most a tag and three varint32s besides the bytes.
+        let mut bytes = Vec::with_capacity(BATCH_HEADER + batch.data_bytes() + 16 * batch.len());
+        bytes.resize(BATCH_HEADER, 0);
+        for op in batch.ops() {
+            let (tag, ks, key, value) = match op {
+                Op::Put(ks, k, v) => (TAG_CF_VALUE, ks, k, Some(v)),
+                Op::Delete(ks, k) => (TAG_CF_DELETION, ks, k, None),
+                Op::DeleteRange(ks, from, to) => (TAG_CF_RANGE_DELETION, ks, from, Some(to)),
+            };
+            bytes.push(tag);
+            push_varint32(&mut bytes, self.cf_ids[ks.index()]);
+            push_slice(&mut bytes, key);
+            if let Some(v) = value {
+                push_slice(&mut bytes, v);
+            }
+        }
+        Some(Prepared {
+            bytes,
+            count: u32::try_from(batch.len()).ok()?,
+            header: BATCH_HEADER,
+        })
+    }
+
+    fn write_prepared(&self, _batch: &Batch, prepared: Prepared, sync: bool) -> Result<()> {
+        let Prepared {
+            mut bytes, count, ..
+        } = prepared;
+        bytes[8..BATCH_HEADER].copy_from_slice(&count.to_le_bytes());
+        let wb = WriteBatch::from_data(&bytes);
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(wb, &wo).map_err(io)
+    }
+
     fn sync(&self) -> Result<()> {
         self.db.flush_wal(true).map_err(io)
     }
@@ -398,6 +480,54 @@ mod tests {
             })
             .unwrap();
         assert_eq!(seen, vec![2]);
+    }
+
+    /// A batch of every kind of operation over every keyspace, with keys
+    /// and values long enough for two-byte length prefixes.
+    fn mixed_batch(seed: u8) -> Batch {
+        let mut b = Batch::new();
+        for (i, ks) in Keyspace::ALL.iter().enumerate() {
+            let i = i as u8;
+            b.put(*ks, [seed, i], vec![i; 200]);
+            b.delete(*ks, [seed, i, 1]);
+            b.put(*ks, vec![seed; 300], b"");
+            b.delete_range(*ks, [seed, i, 2], [seed, i, 3]);
+        }
+        b
+    }
+
+    #[test]
+    fn prepared_batches_encode_as_rocksdb_encodes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksStore::open(dir.path(), &RocksOptions::default()).unwrap();
+        let (a, b) = (mixed_batch(1), mixed_batch(2));
+        let prepared = |batch: &Batch| {
+            let mut p = s.prepare(batch).unwrap();
+            let count = p.count.to_le_bytes();
+            p.bytes[8..BATCH_HEADER].copy_from_slice(&count);
+            p.bytes
+        };
+        assert_eq!(prepared(&a), to_rocks_batch(&s.db, &a).data());
+        // Merged preparations encode the merged batch.
+        let mut ab = a.clone();
+        ab.append(&b);
+        let mut merged = s.prepare(&a).unwrap();
+        merged.append(&s.prepare(&b).unwrap());
+        assert_eq!(merged, s.prepare(&ab).unwrap());
+        // And write what the batch says.
+        let mut w = Batch::new();
+        w.put(Keyspace::Docs, b"k1", b"v1");
+        w.put(Keyspace::Seqs, b"k2", b"v2");
+        w.delete(Keyspace::Docs, b"gone");
+        s.write(&w, false).unwrap();
+        let mut w2 = Batch::new();
+        w2.put(Keyspace::Docs, b"gone", b"x");
+        w2.delete(Keyspace::Docs, b"k1");
+        let p = s.prepare(&w2).unwrap();
+        s.write_prepared(&w2, p, true).unwrap();
+        assert_eq!(s.get(Keyspace::Docs, b"k1").unwrap(), None);
+        assert_eq!(s.get(Keyspace::Docs, b"gone").unwrap(), Some(b"x".to_vec()));
+        assert_eq!(s.get(Keyspace::Seqs, b"k2").unwrap(), Some(b"v2".to_vec()));
     }
 
     fn preformat_options(bytes: u64) -> RocksOptions {
