@@ -325,20 +325,30 @@ pub fn parse_json_bytes(bytes: &[u8]) -> ApiResult<Value> {
 /// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`] (a linear scan that
 /// skips string contents).
 pub fn check_depth(bytes: &[u8]) -> ApiResult<()> {
-    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
-    for &b in bytes {
-        if in_str {
-            if esc {
-                esc = false;
-            } else if b == b'\\' {
-                esc = true;
-            } else if b == b'"' {
-                in_str = false;
-            }
-            continue;
-        }
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
         match b {
-            b'"' => in_str = true,
+            b'"' => {
+                // Skip the string's contents at memchr speed: most of a
+                // document's bytes are in strings.
+                i += 1;
+                loop {
+                    let Some(rest) = bytes.get(i..) else {
+                        return Ok(());
+                    };
+                    match memchr::memchr2(b'"', b'\\', rest) {
+                        Some(j) if rest[j] == b'\\' => i += j + 2,
+                        Some(j) => {
+                            i += j + 1;
+                            break;
+                        }
+                        // Unterminated: the parser reports it.
+                        None => return Ok(()),
+                    }
+                }
+                continue;
+            }
             b'{' | b'[' => {
                 depth += 1;
                 if depth > MAX_JSON_DEPTH {
@@ -350,6 +360,7 @@ pub fn check_depth(bytes: &[u8]) -> ApiResult<()> {
             b'}' | b']' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     Ok(())
 }
@@ -374,6 +385,60 @@ mod tests {
         assert!(check_depth(deep.as_bytes()).is_err());
         let in_string = format!("\"{}\"", "[".repeat(1000));
         assert!(check_depth(in_string.as_bytes()).is_ok());
+    }
+
+    /// The byte-at-a-time scan the fast one must agree with.
+    fn check_depth_slowly(bytes: &[u8]) -> bool {
+        let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+        for &b in bytes {
+            if in_str {
+                if esc {
+                    esc = false;
+                } else if b == b'\\' {
+                    esc = true;
+                } else if b == b'"' {
+                    in_str = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_str = true,
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > MAX_JSON_DEPTH {
+                        return false;
+                    }
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        true
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn depth_check_agrees_with_a_byte_scan(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("[".repeat(40)),
+                    proptest::strategy::Just("{".to_string()),
+                    proptest::strategy::Just("]".repeat(30)),
+                    proptest::strategy::Just("}".to_string()),
+                    proptest::strategy::Just("\"".to_string()),
+                    proptest::strategy::Just("\\".to_string()),
+                    "[a-z:, ]{0,5}",
+                ],
+                0..40,
+            )
+        ) {
+            let text = parts.concat();
+            proptest::prop_assert_eq!(
+                check_depth(text.as_bytes()).is_ok(),
+                check_depth_slowly(text.as_bytes()),
+                "{}", text
+            );
+        }
     }
 
     #[test]

@@ -784,8 +784,8 @@ fn bulk_docs_semantics() {
 
 #[test]
 fn large_bulk_docs_answer_every_document_in_input_order() {
-    // 300 documents span several of the engine's chunks, whose results
-    // are rendered as each chunk is written.
+    // 300 documents span several of the engine's chunks (answered in
+    // order, gathered last chunk first).
     let s = shared();
     s.create_db("bulkbig");
     for id in ["d050", "d150", "d299"] {

@@ -77,59 +77,34 @@ fn push_failure(out: &mut String, id: &str, f: &DocFailure) {
     out.push('}');
 }
 
-/// A `_bulk_docs` response, rendered slot by slot as far as the outcomes
-/// are known.
-struct Rendering {
-    out: String,
-    first: bool,
-    /// The next slot to render.
-    next: usize,
-    /// The engine's results so far, in order.
-    results: Vec<DocResult>,
-    /// `new_edits=false` answers only the failures.
-    new_edits: bool,
-}
-
-impl Rendering {
-    fn new(slots: usize, new_edits: bool) -> Rendering {
-        let mut out = String::with_capacity(slots * 90 + 2);
-        out.push('[');
-        Rendering {
-            out,
-            first: true,
-            next: 0,
-            results: Vec::with_capacity(slots),
-            new_edits,
+/// The `_bulk_docs` answer: one entry per slot, in input order
+/// (`new_edits=false`: only the failures). An engine slot without a result
+/// was accepted in batch mode and has no revision to show.
+fn render_results(slots: &[(String, Slot)], results: &[DocResult], new_edits: bool) -> String {
+    let mut out = String::with_capacity(slots.len() * 90 + 2);
+    out.push('[');
+    let mut first = true;
+    for (id, slot) in slots {
+        let outcome = match slot {
+            Slot::Engine(i) => match results.get(*i) {
+                Some(Ok(rev)) => Outcome::Rev(rev),
+                Some(Err(f)) => Outcome::Failed(f),
+                None => continue,
+            },
+            Slot::Done(Ok(rev)) => Outcome::Text(rev),
+            Slot::Done(Err(f)) => Outcome::Failed(f),
+        };
+        if !new_edits && !matches!(outcome, Outcome::Failed(_)) {
+            continue;
         }
-    }
-
-    /// Renders slots until one whose outcome is not known yet. With
-    /// `done`, every result has arrived: an engine slot without one was
-    /// accepted in batch mode and has no revision to show.
-    fn advance(&mut self, slots: &[(String, Slot)], done: bool) {
-        while let Some((id, slot)) = slots.get(self.next) {
-            let outcome = match slot {
-                Slot::Engine(i) => match self.results.get(*i) {
-                    Some(Ok(rev)) => Some(Outcome::Rev(rev)),
-                    Some(Err(f)) => Some(Outcome::Failed(f)),
-                    None if done => None,
-                    None => return,
-                },
-                Slot::Done(Ok(rev)) => Some(Outcome::Text(rev)),
-                Slot::Done(Err(f)) => Some(Outcome::Failed(f)),
-            };
-            self.next += 1;
-            let Some(outcome) = outcome else { continue };
-            if !self.new_edits && !matches!(outcome, Outcome::Failed(_)) {
-                continue;
-            }
-            if !self.first {
-                self.out.push(',');
-            }
-            self.first = false;
-            push_result(&mut self.out, id, outcome);
+        if !first {
+            out.push(',');
         }
+        first = false;
+        push_result(&mut out, id, outcome);
     }
+    out.push(']');
+    out
 }
 
 /// One document of a `_bulk_docs` body, parsed.
@@ -239,22 +214,10 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         durability: Some(durability),
     };
     let n = engine_docs.len() as u64;
-    let mut render = Rendering::new(slots.len(), new_edits);
+    let mut results = Vec::new();
     if !engine_docs.is_empty() {
-        // Without local documents (answered after the update) every slot's
-        // outcome is known once its chunk is: render as results arrive,
-        // while later chunks are still being written.
-        let early = locals.is_empty();
-        let outcome = db
-            .update_async_each(engine_docs, opts, |chunk| {
-                render.results.extend(chunk);
-                if early {
-                    render.advance(&slots, false);
-                }
-            })
-            .await;
-        match outcome {
-            Ok(()) => {}
+        match db.update_async(engine_docs, opts).await {
+            Ok(r) => results = r,
             Err(Error::AllOrNothingFailed(failures)) => {
                 let mut out = String::from("[");
                 for (i, (id, f)) in failures.iter().enumerate() {
@@ -274,9 +237,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         let r = db.put_local_async(&id, rev, body, Some(durability)).await?;
         slots[slot].1 = Slot::Done(r);
     }
-    render.advance(&slots, true);
-    let mut out = render.out;
-    out.push(']');
+    let out = render_results(&slots, &results, new_edits);
     Ok(json_response(StatusCode::CREATED, out))
 }
 
