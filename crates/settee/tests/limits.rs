@@ -130,6 +130,35 @@ fn size_limits() {
     assert_eq!(r[0]["ok"], true);
     assert_eq!(r[1]["error"], "document_too_large");
     assert_eq!(s.anon("GET", "/lim/huge2", None).status, 404);
+    // A large request whose documents are parsed and written chunk by
+    // chunk answers the same way, the last document too large included.
+    s.create_db("lim2");
+    let docs: Vec<serde_json::Value> = (0..300)
+        .map(|i| {
+            let pad = if i == 10 || i == 299 { 2000 } else { 1 };
+            json!({"_id": format!("s{i:03}"), "pad": "x".repeat(pad)})
+        })
+        .collect();
+    let r = s.anon(
+        "POST",
+        "/lim2/_bulk_docs",
+        Some(&json!({ "docs": docs }).to_string()),
+    );
+    assert_eq!(r.status, 201);
+    let r = r.json();
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 300);
+    for (i, x) in r.iter().enumerate() {
+        assert_eq!(x["id"], format!("s{i:03}"), "{x}");
+        if i == 10 || i == 299 {
+            assert_eq!(x["error"], "document_too_large", "{x}");
+        } else {
+            assert_eq!(x["ok"], true, "{x}");
+        }
+    }
+    assert_eq!(s.anon("GET", "/lim2/s299", None).status, 404);
+    assert_eq!(s.anon("GET", "/lim2/s298", None).status, 200);
+    assert_eq!(s.anon("GET", "/lim2", None).json()["doc_count"], 298);
     // Request size (413 too_large), by Content-Length and by streamed bytes.
     assert_eq!(
         s.admin(

@@ -2,10 +2,13 @@
 //!
 //! Invariants:
 //! - `_bulk_docs` parses the request once, hands all documents to the
-//!   engine in one update (one group commit), and answers one result per
-//!   document in input order (`new_edits=false`: only the failures).
-//!   A malformed document fails the whole request before anything is
-//!   written; a per-document refusal (conflict, too large) fails only it.
+//!   engine in one update call, and answers one result per document in
+//!   input order (`new_edits=false`: only the failures). A malformed
+//!   document fails the whole request before anything is written; a
+//!   per-document refusal (conflict, too large) fails only it. When a scan
+//!   of the raw text shows that no document can be malformed
+//!   ([`cannot_fail`]), documents go to the engine chunk by chunk as they
+//!   are parsed (parsing overlaps writing); otherwise all are parsed first.
 //! - `all_or_nothing` failures answer 417 with the failing documents and
 //!   write nothing.
 //! - Request sizes are bounded: `max_bulk_docs_count` / `max_bulk_get_count`.
@@ -107,6 +110,77 @@ fn render_results(slots: &[(String, Slot)], results: &[DocResult], new_edits: bo
     out
 }
 
+/// Why a `_bulk_docs` update failed: the engine (all-or-nothing failures
+/// are answered 417 with the documents), or a document.
+enum BulkError {
+    Engine(Error),
+    Api(ApiError),
+}
+
+impl From<Error> for BulkError {
+    fn from(e: Error) -> BulkError {
+        BulkError::Engine(e)
+    }
+}
+
+/// Where each document of a `_bulk_docs` request goes: the slots of the
+/// answer, in input order.
+struct Placement {
+    slots: Vec<(String, Slot)>,
+    /// `_local` documents, written after the others: slot, id, rev, body.
+    locals: Vec<(usize, String, Option<String>, Option<Body>)>,
+    /// Documents handed to the engine so far.
+    engine: usize,
+    max_size: u64,
+}
+
+impl Placement {
+    /// Gives a parsed document its slot; returns it if the engine is to
+    /// write it.
+    fn place(&mut self, p: Parsed) -> Option<Doc> {
+        match p {
+            Parsed::Local(id, rev, body) => {
+                self.locals.push((self.slots.len(), id.clone(), rev, body));
+                self.slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
+                None
+            }
+            Parsed::Doc(doc) if doc.body.len() as u64 > self.max_size => {
+                self.slots
+                    .push((doc.id, Slot::Done(Err(DocFailure::TooLarge(0)))));
+                None
+            }
+            Parsed::Doc(doc) => {
+                self.slots.push((doc.id.clone(), Slot::Engine(self.engine)));
+                self.engine += 1;
+                Some(doc)
+            }
+        }
+    }
+}
+
+/// Whether the document text `text` (valid JSON: the body parsed) is
+/// certain to parse into a document without error, judged from its bytes:
+/// an object without escapes whose only member name or string starting
+/// with `_` is a leading `"_id"` holding a valid, ordinary id. Such a
+/// document has no special members to refuse and is not a design or local
+/// document. Conservative: `false` only means the request is parsed whole
+/// before anything is written.
+fn cannot_fail(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.first() != Some(&b'{') || memchr::memchr(b'\\', b).is_some() {
+        return false;
+    }
+    let mut specials = memchr::memmem::find_iter(b, b"\"_");
+    match (specials.next(), specials.next()) {
+        (None, _) => true,
+        (Some(1), None) => text
+            .strip_prefix("{\"_id\":\"")
+            .and_then(|rest| rest.split_once('"'))
+            .is_some_and(|(id, _)| matches!(validate_doc_id(id), Ok(DocKind::Normal))),
+        _ => false,
+    }
+}
+
 /// One document of a `_bulk_docs` body, parsed.
 enum Parsed {
     /// A `_local` document: its id, the revision given, its body (none
@@ -184,54 +258,80 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         ));
     }
     app.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
-    let max_size = req.settings.max_document_size;
-    let parsed = docs
-        .iter()
-        .map(|raw| parse_doc(app, &req.user, raw.get()))
-        .collect::<ApiResult<Vec<Parsed>>>()?;
-    let mut engine_docs = Vec::with_capacity(parsed.len());
-    let mut slots: Vec<(String, Slot)> = Vec::with_capacity(parsed.len());
-    let mut locals: Vec<(usize, String, Option<String>, Option<Body>)> = Vec::new();
-    for p in parsed {
-        match p {
-            Parsed::Local(id, rev, body) => {
-                locals.push((slots.len(), id.clone(), rev, body));
-                slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
-            }
-            Parsed::Doc(doc) if doc.body.len() as u64 > max_size => {
-                slots.push((doc.id, Slot::Done(Err(DocFailure::TooLarge(0)))));
-            }
-            Parsed::Doc(doc) => {
-                slots.push((doc.id.clone(), Slot::Engine(engine_docs.len())));
-                engine_docs.push(doc);
-            }
-        }
-    }
+    let mut place = Placement {
+        slots: Vec::with_capacity(docs.len()),
+        locals: Vec::new(),
+        engine: 0,
+        max_size: req.settings.max_document_size,
+    };
     let durability = req.commit_durability();
     let opts = UpdateOptions {
         new_edits,
         all_or_nothing,
         durability: Some(durability),
     };
-    let n = engine_docs.len() as u64;
-    let mut results = Vec::new();
-    if !engine_docs.is_empty() {
-        match db.update_async(engine_docs, opts).await {
-            Ok(r) => results = r,
-            Err(Error::AllOrNothingFailed(failures)) => {
-                let mut out = String::from("[");
-                for (i, (id, f)) in failures.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    push_failure(&mut out, id, f);
+    let chunk = db.chunk_docs();
+    let outcome: Result<Vec<DocResult>, BulkError> =
+        if !all_or_nothing && docs.len() > chunk && docs.iter().all(|d| cannot_fail(d.get())) {
+            // No document can be refused as malformed: each chunk goes to the
+            // writer as soon as it is parsed, and parsing the next overlaps
+            // writing it.
+            let mut raws = docs.iter();
+            let user = &req.user;
+            let place = &mut place;
+            db.update_chunks_async(opts, || {
+                if raws.len() == 0 {
+                    return None;
                 }
-                out.push(']');
-                return Ok(json_response(StatusCode::EXPECTATION_FAILED, out));
+                let mut out = Vec::with_capacity(chunk);
+                while out.len() < chunk {
+                    let Some(raw) = raws.next() else { break };
+                    match parse_doc(app, user, raw.get()) {
+                        Ok(p) => out.extend(place.place(p)),
+                        Err(e) => return Some(Err(BulkError::Api(e))),
+                    }
+                }
+                Some(Ok((out, raws.len() == 0)))
+            })
+            .await
+        } else {
+            // A malformed document fails the request before anything is written.
+            let parsed = docs
+                .iter()
+                .map(|raw| parse_doc(app, &req.user, raw.get()))
+                .collect::<ApiResult<Vec<Parsed>>>()?;
+            let engine_docs: Vec<Doc> = parsed.into_iter().filter_map(|p| place.place(p)).collect();
+            if engine_docs.is_empty() {
+                Ok(Vec::new())
+            } else {
+                db.update_async(engine_docs, opts)
+                    .await
+                    .map_err(BulkError::Engine)
             }
-            Err(e) => return Err(e.into()),
+        };
+    let Placement {
+        mut slots,
+        locals,
+        engine,
+        ..
+    } = place;
+    let n = engine as u64;
+    let results = match outcome {
+        Ok(r) => r,
+        Err(BulkError::Engine(Error::AllOrNothingFailed(failures))) => {
+            let mut out = String::from("[");
+            for (i, (id, f)) in failures.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_failure(&mut out, id, f);
+            }
+            out.push(']');
+            return Ok(json_response(StatusCode::EXPECTATION_FAILED, out));
         }
-    }
+        Err(BulkError::Engine(e)) => return Err(e.into()),
+        Err(BulkError::Api(e)) => return Err(e),
+    };
     app.stats.docs_written.fetch_add(n, Ordering::Relaxed);
     for (slot, id, rev, body) in locals {
         let r = db.put_local_async(&id, rev, body, Some(durability)).await?;
@@ -389,4 +489,86 @@ pub async fn revs_diff(
     })
     .await??;
     Ok(json_response(StatusCode::OK, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn only_plain_documents_are_judged_unfailing() {
+        for ok in [
+            r#"{"_id":"a","foo":"bar"}"#,
+            r#"{"foo":"bar"}"#,
+            r#"{"_id":"0000000001","n":[1,{"x":null}]}"#,
+            r#"{}"#,
+        ] {
+            assert!(cannot_fail(ok), "{ok}");
+        }
+        for no in [
+            r#"{"_id":"_design/x"}"#,
+            r#"{"_id":"_local/x"}"#,
+            r#"{"_id":"_bad"}"#,
+            r#"{"_id":""}"#,
+            r#"{"_id":5}"#,
+            r#"{"_id":"a","_rev":"1-x"}"#,
+            r#"{"_id":"a","_foo":1}"#,
+            r#"{"a":1,"_id":"late"}"#,
+            r#"{"_id":"a","x":"_under"}"#,
+            r#"{"_id":"a\"b"}"#,
+            r#"{ "_id":"a"}"#,
+            r#"[1]"#,
+            r#""text""#,
+        ] {
+            assert!(!cannot_fail(no), "{no}");
+        }
+    }
+
+    fn member() -> impl Strategy<Value = (String, Value)> {
+        let name = prop_oneof![
+            Just("_id".to_string()),
+            Just("_rev".to_string()),
+            Just("_deleted".to_string()),
+            Just("_revisions".to_string()),
+            Just("_attachments".to_string()),
+            Just("_foo".to_string()),
+            "[a-z_\"]{0,3}",
+        ];
+        let value = prop_oneof![
+            "[a-z_/\"\\\\]{0,6}".prop_map(Value::String),
+            Just(Value::String("_design/x".into())),
+            Just(Value::String("_local/x".into())),
+            Just(Value::String("1-abc".into())),
+            any::<i32>().prop_map(Value::from),
+            any::<bool>().prop_map(Value::Bool),
+            Just(Value::Null),
+            Just(serde_json::json!({"_b": 1})),
+            Just(serde_json::json!({"start": 1, "ids": ["abc"]})),
+        ];
+        (name, value)
+    }
+
+    proptest! {
+        /// The property streaming relies on: a document judged unfailing
+        /// parses, by either path `parse_doc` may take.
+        #[test]
+        fn unfailing_documents_parse(members in prop::collection::vec(member(), 0..5)) {
+            let mut text = String::from("{");
+            for (i, (k, v)) in members.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                text.push_str(&serde_json::to_string(k).unwrap());
+                text.push(':');
+                text.push_str(&serde_json::to_string(v).unwrap());
+            }
+            text.push('}');
+            if cannot_fail(&text) {
+                prop_assert!(Doc::from_json_text(&text, || "gen".into()).is_ok(), "{}", text);
+                let value: Value = serde_json::from_str(&text).unwrap();
+                prop_assert!(Doc::from_json(value, || "gen".into()).is_ok(), "{}", text);
+            }
+        }
+    }
 }
