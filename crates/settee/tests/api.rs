@@ -1044,6 +1044,19 @@ fn allowed_cpus(pid: u32) -> usize {
         .sum()
 }
 
+/// `settee serve` with `flag value` exits at once with an error naming the flag.
+fn refused_at_start(data: &std::path::Path, flag: &str, value: &str) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
+        .args(["serve", "--bind", "127.0.0.1:0", flag, value])
+        .arg("--data")
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(flag), "{err}");
+}
+
 #[test]
 fn idle_polling_serves_writes_and_reads_and_stops_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1072,21 +1085,7 @@ fn idle_polling_serves_writes_and_reads_and_stops_cleanly() {
         .any(|n| n.starts_with("idle-poll-")));
     drop(s);
     // The window is bounded (1 s): a larger one is refused at start.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--idle-poll-us",
-            "1000001",
-        ])
-        .arg("--data")
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--idle-poll-us"), "{err}");
+    refused_at_start(tmp.path(), "--idle-poll-us", "1000001");
 }
 
 #[test]
@@ -1118,19 +1117,5 @@ fn the_write_ahead_log_is_preformatted_in_the_background() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(!reused());
     drop(s);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--wal-preformat-mb",
-            "4097",
-        ])
-        .arg("--data")
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--wal-preformat-mb"), "{err}");
+    refused_at_start(tmp.path(), "--wal-preformat-mb", "4097");
 }
