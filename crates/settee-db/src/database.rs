@@ -303,12 +303,7 @@ impl Database {
     /// every earlier chunk durable too, and the caller is answered only
     /// when every chunk is done.
     fn update_requests(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<UpdateChunk>> {
-        if docs.len() > self.shared.opts.update_docs_max {
-            return Err(Error::BadRequest(format!(
-                "too many documents in one request (limit {})",
-                self.shared.opts.update_docs_max
-            )));
-        }
+        self.check_update_size(docs.len())?;
         let durability = opts
             .durability
             .unwrap_or(self.shared.opts.default_durability);
@@ -387,6 +382,17 @@ impl Database {
         gather_async(pending).await
     }
 
+    /// Refuses an update call of more than `update_docs_max` documents.
+    fn check_update_size(&self, docs: usize) -> Result<()> {
+        if docs > self.shared.opts.update_docs_max {
+            return Err(Error::BadRequest(format!(
+                "too many documents in one request (limit {})",
+                self.shared.opts.update_docs_max
+            )));
+        }
+        Ok(())
+    }
+
     /// Documents per chunk of a large update call: the writer and the
     /// committer work on successive chunks at once.
     pub fn chunk_docs(&self) -> usize {
@@ -423,13 +429,7 @@ impl Database {
         while let Some(chunk) = next() {
             let (docs, last) = chunk?;
             count += docs.len();
-            if count > self.shared.opts.update_docs_max {
-                return Err(Error::BadRequest(format!(
-                    "too many documents in one request (limit {})",
-                    self.shared.opts.update_docs_max
-                ))
-                .into());
-            }
+            self.check_update_size(count)?;
             let (tx, rx) = oneshot::channel();
             let req = Request::Update(UpdateReq {
                 docs,

@@ -2,8 +2,8 @@
 //! engine, and its implementations.
 //!
 //! - [`rocks::RocksStore`]: the embedded engine (RocksDB; see docs/adr/0001),
-//!   whose first write-ahead log is pre-formatted in the background
-//!   (`preformat`).
+//!   which can pre-format the first two write-ahead logs of each process in
+//!   the background (`preformat`).
 //! - [`mem::MemStore`]: in memory, with a separate "durable image" so tests can
 //!   simulate a crash that loses unsynced writes.
 //! - [`faulty::FaultyStore`]: wraps another store and fails writes or syncs
