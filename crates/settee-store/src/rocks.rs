@@ -20,8 +20,6 @@ use rocksdb::{
     IteratorMode, Options, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
 };
 
-use parking_lot::Mutex;
-
 use crate::preformat::{self, Preformat};
 use crate::{Batch, Keyspace, Op, Prepared, Result, ScanFn, Snapshot, Store, StoreError};
 
@@ -59,7 +57,7 @@ pub struct RocksStore {
     /// RocksDB's id of each keyspace's column family, by [`Keyspace::index`].
     cf_ids: [u32; Keyspace::ALL.len()],
     /// Joined on drop, so the database is closed with the store.
-    preformat: Mutex<Option<Preformat>>,
+    preformat: Option<Preformat>,
 }
 
 fn io(e: rocksdb::Error) -> StoreError {
@@ -116,14 +114,14 @@ impl RocksStore {
             db,
             path: path.to_path_buf(),
             cf_ids,
-            preformat: Mutex::new(preformat),
+            preformat,
         })
     }
 
     /// Blocks until the write-ahead log's pre-formatting (started by
     /// [`RocksStore::open`]) is done.
-    pub fn wait_preformat(&self) {
-        if let Some(p) = self.preformat.lock().as_mut() {
+    pub fn wait_preformat(&mut self) {
+        if let Some(p) = self.preformat.as_mut() {
             p.wait();
         }
     }
@@ -560,7 +558,7 @@ mod tests {
             s.write(&b, sync).unwrap();
         };
         {
-            let s = RocksStore::open(dir.path(), &preformat_options(4 << 20)).unwrap();
+            let mut s = RocksStore::open(dir.path(), &preformat_options(4 << 20)).unwrap();
             // Written while the pre-formatting runs: flushed early, kept.
             put(&s, b"before", false);
             s.wait_preformat();
