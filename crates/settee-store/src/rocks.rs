@@ -171,12 +171,9 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
         _ => {}
     }
     o.set_block_based_table_factory(&table);
-    if matches!(ks, Keyspace::Docs | Keyspace::Local) {
-        // The writer looks up every updated id; most are new, and a memtable
-        // bloom filter answers those misses without a skiplist search.
-        o.set_memtable_prefix_bloom_ratio(0.1);
-        o.set_memtable_whole_key_filtering(true);
-    }
+    // No memtable bloom filter: setting a bit of it on every insert is a
+    // cache miss, and that cost more than it saved the writer's lookups of
+    // new ids, even with random ids (bench/RESULTS.md, session 6).
     o.set_write_buffer_size(opts.write_buffer_bytes);
     // Fresh data (flushes and the first compactions) is written uncompressed:
     // under a sustained write load those run on the same cores as the
