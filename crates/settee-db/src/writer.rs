@@ -425,11 +425,12 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
     }
 }
 
-/// The inline (leaf) bodies of a record, by revision.
-fn inline_bodies(rec: &DocRecord) -> Vec<(Rev, String)> {
+/// The inline (leaf) bodies of a record, by revision, moved out of it.
+fn take_inline_bodies(rec: &mut DocRecord) -> Vec<(Rev, String)> {
+    let nodes = rec.tree.nodes();
     rec.inline
-        .iter()
-        .map(|(i, body)| (rec.tree.nodes()[*i as usize].rev.clone(), body.clone()))
+        .drain(..)
+        .map(|(i, body)| (nodes[i as usize].rev.clone(), body))
         .collect()
 }
 
@@ -635,25 +636,32 @@ impl<'a> Ctx<'a> {
             self.batch
                 .delete(Keyspace::Bodies, keys::body(self.db, &id, &n.rev));
         }
-        let mut bodies = old.as_ref().map(inline_bodies).unwrap_or_default();
-        bodies.push((rev.clone(), body.into_string()));
-        self.put_record(&id, old.as_ref(), tree, bodies);
+        self.put_record(&id, old, tree, Some((rev.clone(), body.into_string())));
         Ok(rev)
     }
 
     /// Writes a document's new record and change row, and maintains the
-    /// counters. `bodies` are the candidate bodies by revision (the old
-    /// leaves' and the new revision's): leaves of `tree` keep theirs inline,
-    /// revisions that stopped being leaves move theirs to the Bodies
-    /// keyspace, and revisions no longer in the tree drop theirs.
+    /// counters. The candidate bodies by revision are the old record's
+    /// leaves' (moved out of it, not copied) and `new`: leaves of `tree`
+    /// keep theirs inline, revisions that stopped being leaves move theirs
+    /// to the Bodies keyspace, and revisions no longer in the tree drop
+    /// theirs.
     fn put_record(
         &mut self,
         id: &str,
-        old: Option<&DocRecord>,
+        old: Option<DocRecord>,
         tree: RevTree,
-        bodies: Vec<(Rev, String)>,
+        new: Option<(Rev, String)>,
     ) {
         let db = self.db;
+        // What the counters need of the old record, before its bodies move.
+        let old_seq = old.as_ref().map(|r| r.seq);
+        let old_presence = presence(old.as_ref().map(|r| &r.tree));
+        let old_winner_bytes = old.as_ref().map_or(0, DocRecord::winner_bytes);
+        let mut bodies = old
+            .map(|mut r| take_inline_bodies(&mut r))
+            .unwrap_or_default();
+        bodies.extend(new);
         let mut inline = Vec::with_capacity(1);
         for (rev, body) in bodies {
             match tree.find(&rev) {
@@ -666,10 +674,10 @@ impl<'a> Ctx<'a> {
                 None => {}
             }
         }
-        if let Some(old) = old {
-            self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
+        if let Some(old_seq) = old_seq {
+            self.batch.delete(Keyspace::Seqs, keys::seq(db, old_seq));
         }
-        self.count(presence(old.map(|r| &r.tree)), presence(Some(&tree)));
+        self.count(old_presence, presence(Some(&tree)));
         self.state.update_seq += 1;
         let seq = self.state.update_seq;
         let leaves = tree
@@ -687,7 +695,7 @@ impl<'a> Ctx<'a> {
         self.state.external_bytes = self
             .state
             .external_bytes
-            .saturating_sub(old.map_or(0, DocRecord::winner_bytes))
+            .saturating_sub(old_winner_bytes)
             .saturating_add(rec.winner_bytes());
         self.batch.put_with(
             Keyspace::Docs,
@@ -815,8 +823,7 @@ impl<'a> Ctx<'a> {
                         self.state.external_bytes.saturating_sub(old.winner_bytes());
                     self.records.insert(id.clone(), None);
                 } else {
-                    let bodies = inline_bodies(&old);
-                    self.put_record(&id, Some(&old), tree, bodies);
+                    self.put_record(&id, Some(old), tree, None);
                 }
             }
             purged.push((id, removed_revs));
