@@ -181,6 +181,15 @@ impl Specials {
             None => fallback_id(),
         };
         validate_doc_id(&id)?;
+        if map.is_empty() {
+            // The common case of `_bulk_docs`: no special member but `_id`.
+            return Ok(Specials {
+                id,
+                rev: None,
+                deleted: false,
+                revisions: None,
+            });
+        }
         let rev = match map.shift_remove("_rev") {
             Some(Value::String(s)) => Some(s.parse::<Rev>()?),
             Some(Value::Null) | None => None,

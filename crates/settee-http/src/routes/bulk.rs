@@ -170,7 +170,11 @@ fn cannot_fail(text: &str) -> bool {
     if b.first() != Some(&b'{') || memchr::memchr(b'\\', b).is_some() {
         return false;
     }
-    let mut specials = memchr::memmem::find_iter(b, b"\"_");
+    // Where `"_` starts (no memmem searcher: building one per document
+    // cost more than the search).
+    let mut specials = memchr::memchr_iter(b'_', b)
+        .filter(|&i| i > 0 && b[i - 1] == b'"')
+        .map(|i| i - 1);
     match (specials.next(), specials.next()) {
         (None, _) => true,
         (Some(1), None) => text
@@ -189,11 +193,19 @@ enum Parsed {
     Doc(Doc),
 }
 
+/// Whether `text` contains `_local` or `\u` (an escape that could spell
+/// it), found from the candidates' first bytes with `memchr`.
+fn may_name_local(text: &str) -> bool {
+    let b = text.as_bytes();
+    memchr::memchr2_iter(b'_', b'\\', b)
+        .any(|i| b[i..].starts_with(b"_local") || b[i..].starts_with(b"\\u"))
+}
+
 /// Parses one document of a `_bulk_docs` body.
 fn parse_doc(app: &App, user: &UserCtx, text: &str) -> ApiResult<Parsed> {
     // Without "_local" (or a \u escape that could spell it) the id cannot
     // name a local document: the fast path applies.
-    let doc = if text.contains("_local") || text.contains("\\u") {
+    let doc = if may_name_local(text) {
         let value: Value = serde_json::from_str(text).map_err(body_error)?;
         let local_id = value
             .get("_id")
@@ -569,6 +581,37 @@ mod tests {
                 let value: Value = serde_json::from_str(&text).unwrap();
                 prop_assert!(Doc::from_json(value, || "gen".into()).is_ok(), "{}", text);
             }
+        }
+
+        /// The byte scan finds exactly what substring searches find.
+        #[test]
+        fn local_scan_is_a_substring_search(
+            pieces in prop::collection::vec(
+                prop_oneof![
+                    Just("_local"), Just("_loca"), Just("_"), Just("l"), Just("ocal"),
+                    Just("\\u"), Just("\\"), Just("u"), Just("\""), Just("x"),
+                ],
+                0..8,
+            )
+        ) {
+            let text = pieces.concat();
+            let expected = text.contains("_local") || text.contains("\\u");
+            prop_assert_eq!(may_name_local(&text), expected, "{}", text);
+        }
+    }
+
+    #[test]
+    fn local_scan_finds_every_spelling() {
+        for yes in [
+            r#"{"_id":"_local/x"}"#,
+            r#"{"_id":"\u005flocal/x"}"#,
+            "_local",
+            "\\u",
+        ] {
+            assert!(may_name_local(yes), "{yes}");
+        }
+        for no in [r#"{"_id":"local/x"}"#, r#"{"_id":"_loca"}"#, "_", "\\", ""] {
+            assert!(!may_name_local(no), "{no}");
         }
     }
 }
