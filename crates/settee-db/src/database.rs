@@ -218,6 +218,37 @@ async fn recv_async<T>(rx: oneshot::Receiver<Result<T>>) -> Result<T> {
     rx.await.map_err(|_| Error::Closed)?
 }
 
+/// The writer request of one chunk of an update call, and where its
+/// results come back (nowhere in batch mode). Only the last chunk asks for
+/// the fsync a full commit needs: the log is written in order, so that
+/// fsync makes every earlier chunk durable too.
+fn chunk_request(
+    docs: Vec<Doc>,
+    opts: &UpdateOptions,
+    durability: Durability,
+    last: bool,
+) -> UpdateChunk {
+    let (reply, rx) = if durability == Durability::Batch {
+        (None, None)
+    } else {
+        let (tx, rx) = oneshot::channel();
+        (Some(tx), Some(rx))
+    };
+    let durability = if !last && durability == Durability::Full {
+        Durability::Delayed
+    } else {
+        durability
+    };
+    let req = Request::Update(UpdateReq {
+        docs,
+        new_edits: opts.new_edits,
+        all_or_nothing: opts.all_or_nothing,
+        durability,
+        reply,
+    });
+    (req, rx)
+}
+
 /// The results of an update call's chunks, in order. The last chunk is
 /// answered after every earlier one, so waiting for it first parks the
 /// caller once per call instead of once per chunk. (Rendering each chunk's
@@ -304,10 +335,8 @@ impl Database {
     /// when every chunk is done.
     fn update_requests(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<UpdateChunk>> {
         self.check_update_size(docs.len())?;
-        let durability = opts
-            .durability
-            .unwrap_or(self.shared.opts.default_durability);
-        let chunk = self.shared.opts.update_chunk_docs.max(1);
+        let durability = self.durability(&opts);
+        let chunk = self.chunk_docs();
         let mut chunks = Vec::new();
         if opts.all_or_nothing || durability == Durability::Batch || docs.len() <= chunk {
             chunks.push(docs);
@@ -323,29 +352,16 @@ impl Database {
         let requests = chunks
             .into_iter()
             .enumerate()
-            .map(|(i, docs)| {
-                let (reply, rx) = if durability == Durability::Batch {
-                    (None, None)
-                } else {
-                    let (tx, rx) = oneshot::channel();
-                    (Some(tx), Some(rx))
-                };
-                let durability = if i < last && durability == Durability::Full {
-                    Durability::Delayed
-                } else {
-                    durability
-                };
-                let req = Request::Update(UpdateReq {
-                    docs,
-                    new_edits: opts.new_edits,
-                    all_or_nothing: opts.all_or_nothing,
-                    durability,
-                    reply,
-                });
-                (req, rx)
-            })
+            .map(|(i, docs)| chunk_request(docs, &opts, durability, i == last))
             .collect();
         Ok(requests)
+    }
+
+    /// The durability an update call asks for (the database's default
+    /// unless it chooses).
+    fn durability(&self, opts: &UpdateOptions) -> Durability {
+        opts.durability
+            .unwrap_or(self.shared.opts.default_durability)
     }
 
     /// Applies documents; one result per document, in input order. In batch
@@ -414,9 +430,7 @@ impl Database {
         opts: UpdateOptions,
         mut next: impl FnMut() -> Option<std::result::Result<(Vec<Doc>, bool), E>>,
     ) -> std::result::Result<Vec<DocResult>, E> {
-        let durability = opts
-            .durability
-            .unwrap_or(self.shared.opts.default_durability);
+        let durability = self.durability(&opts);
         if opts.all_or_nothing || durability == Durability::Batch {
             let mut docs = Vec::new();
             while let Some(chunk) = next() {
@@ -430,20 +444,9 @@ impl Database {
             let (docs, last) = chunk?;
             count += docs.len();
             self.check_update_size(count)?;
-            let (tx, rx) = oneshot::channel();
-            let req = Request::Update(UpdateReq {
-                docs,
-                new_edits: opts.new_edits,
-                all_or_nothing: false,
-                durability: if last {
-                    durability
-                } else {
-                    Durability::Delayed
-                },
-                reply: Some(tx),
-            });
+            let (req, rx) = chunk_request(docs, &opts, durability, last);
             self.send_async(req).await?;
-            pending.push(rx);
+            pending.extend(rx);
             if last {
                 ended = true;
                 break;
