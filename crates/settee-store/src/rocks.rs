@@ -68,6 +68,13 @@ fn io(e: rocksdb::Error) -> StoreError {
 }
 
 impl RocksStore {
+    /// Writes one RocksDB batch atomically, fsyncing the log first if asked.
+    fn write_batch(&self, wb: WriteBatch, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(wb, &wo).map_err(io)
+    }
+
     /// Opens (creating if needed) the store in `path`.
     pub fn open(path: &Path, opts: &RocksOptions) -> Result<RocksStore> {
         let mut db_opts = Options::default();
@@ -347,10 +354,7 @@ impl Snapshot for RocksView {
 
 impl Store for RocksStore {
     fn write(&self, batch: &Batch, sync: bool) -> Result<()> {
-        let wb = to_rocks_batch(&self.db, batch);
-        let mut wo = WriteOptions::default();
-        wo.set_sync(sync);
-        self.db.write_opt(wb, &wo).map_err(io)
+        self.write_batch(to_rocks_batch(&self.db, batch), sync)
     }
 
     fn prepare(&self, batch: &Batch) -> Option<Prepared> {
@@ -382,10 +386,7 @@ impl Store for RocksStore {
             mut bytes, count, ..
         } = prepared;
         bytes[8..BATCH_HEADER].copy_from_slice(&count.to_le_bytes());
-        let wb = WriteBatch::from_data(&bytes);
-        let mut wo = WriteOptions::default();
-        wo.set_sync(sync);
-        self.db.write_opt(wb, &wo).map_err(io)
+        self.write_batch(WriteBatch::from_data(&bytes), sync)
     }
 
     fn sync(&self) -> Result<()> {
