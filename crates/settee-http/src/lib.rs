@@ -60,10 +60,7 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
     let mut resp = if cors_origin.is_some() && req.method() == Method::OPTIONS {
         preflight(&settings)
     } else {
-        match route(&app, req, settings.clone()).await {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        }
+        route(&app, req, settings.clone()).await
     };
     let h = resp.headers_mut();
     h.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
@@ -139,13 +136,37 @@ fn split_path(path: &str) -> ApiResult<Vec<String>> {
         .collect()
 }
 
-async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> ApiResult<Response> {
+/// Routes one request; afterwards drains what the handler left of the body
+/// (see [`Req::settle_body`]) and marks the response `Connection: close`
+/// when the connection cannot be reused.
+async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> Response {
     let (parts, body) = req.into_parts();
-    let segs = split_path(parts.uri.path())?;
-    let user = app.auth.authenticate(&parts.headers).await?;
-    let query = Query::parse(parts.uri.query());
-    let mut req = Req::new(parts.method, parts.headers, query, user, settings, body);
-    routes::dispatch(app, &mut req, &segs).await
+    let prelude = match split_path(parts.uri.path()) {
+        Ok(segs) => app
+            .auth
+            .authenticate(&parts.headers)
+            .await
+            .map(|u| (segs, u)),
+        Err(e) => Err(e),
+    };
+    let (result, reusable) = match prelude {
+        Ok((segs, user)) => {
+            let query = Query::parse(parts.uri.query());
+            let mut req = Req::new(parts.method, parts.headers, query, user, settings, body);
+            let result = routes::dispatch(app, &mut req, &segs).await;
+            (result, req.settle_body().await)
+        }
+        Err(e) => (
+            Err(e),
+            request::drain_unread(Some(body), &parts.headers).await,
+        ),
+    };
+    let mut resp = result.unwrap_or_else(IntoResponse::into_response);
+    if !reusable {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 #[cfg(test)]

@@ -8,6 +8,12 @@
 //! - A body that takes longer than [`BODY_READ_TIMEOUT`] to arrive fails
 //!   with 408 (slow clients cannot hold a handler forever).
 //! - JSON deeper than [`MAX_JSON_DEPTH`] is refused before parsing.
+//! - After the handler, [`Req::settle_body`] reads and drops what the
+//!   handler left unread (bounded by [`DRAIN_MAX`] and [`DRAIN_TIMEOUT`]),
+//!   so an error answered before the body arrived leaves the keep-alive
+//!   connection usable; when it cannot, the response says
+//!   `Connection: close` instead of the server silently closing a
+//!   connection the client believes is reusable.
 //! - Query values are decoded once; helpers turn malformed values into
 //!   CouchDB's 400 `query_parse_error` instead of defaults.
 
@@ -32,10 +38,12 @@ use crate::error::{ApiError, ApiResult};
 /// documented limit; 64 levels is far beyond real documents and keeps
 /// recursive processing (rendering, selectors) cheap and stack-safe.
 pub const MAX_JSON_DEPTH: usize = 64;
-/// Oversized bodies up to this size are read and dropped before the 413.
-const OVERSIZED_DRAIN_MAX: u64 = 1 << 20;
-/// How long an oversized body may take to drain.
-const OVERSIZED_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most bytes of an unread (or oversized) body read and dropped after the
+/// response so that the connection stays reusable; beyond it, the
+/// connection is closed.
+pub const DRAIN_MAX: u64 = 1 << 20;
+/// How long an unread body may take to drain.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest wait for a request body to arrive.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -167,7 +175,11 @@ pub struct Req {
     pub settings: Arc<Settings>,
     /// In a mutex only so that `&Req` is `Sync` (handlers hold it across awaits);
     /// it is only ever accessed through `&mut self`, never locked concurrently.
+    /// `None` once read (or abandoned).
     body: parking_lot::Mutex<Option<HttpBody>>,
+    /// The body was dropped part-way (too large, too slow, broken): the
+    /// connection cannot be reused.
+    abandoned: bool,
 }
 
 impl Req {
@@ -186,7 +198,15 @@ impl Req {
             user,
             settings,
             body: parking_lot::Mutex::new(Some(body)),
+            abandoned: false,
         }
+    }
+
+    /// Called once the handler is done: drains what it left of the body.
+    /// True when the connection can serve another request.
+    pub async fn settle_body(&mut self) -> bool {
+        let body = self.body.get_mut().take();
+        !self.abandoned && drain_unread(body, &self.headers).await
     }
 
     pub fn header(&self, name: impl header::AsHeaderName) -> Option<&str> {
@@ -212,23 +232,19 @@ impl Req {
         let declared = self
             .header(header::CONTENT_LENGTH)
             .and_then(|v| v.parse::<u64>().ok());
-        if let Some(n) = declared.filter(|n| *n > self.settings.max_http_request_size) {
-            // A client still sending a modestly oversized body gets the 413
-            // instead of a reset connection: read and drop it first (bounded
-            // in bytes and time; a larger body is refused at once).
-            if n <= OVERSIZED_DRAIN_MAX {
-                if let Some(body) = self.body.get_mut().take() {
-                    let drain = http_body_util::Limited::new(body, OVERSIZED_DRAIN_MAX as usize);
-                    drop(tokio::time::timeout(OVERSIZED_DRAIN_TIMEOUT, drain.collect()).await);
-                }
-            }
+        if declared.is_some_and(|n| n > self.settings.max_http_request_size) {
+            // The body stays unread: `settle_body` drains a modestly
+            // oversized one so the client gets the 413 on a live connection.
             return Err(ApiError::request_too_large());
         }
         let Some(body) = self.body.get_mut().take() else {
             return Ok(Bytes::new());
         };
         let limited = http_body_util::Limited::new(body, limit);
-        match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        let read = tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await;
+        // A failed read leaves the body part-read.
+        self.abandoned = !matches!(read, Ok(Ok(_)));
+        match read {
             Err(_) => Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "request_timeout",
@@ -293,6 +309,34 @@ impl Req {
         self.header(header::ACCEPT)
             .is_some_and(|a| a.contains("application/json"))
     }
+}
+
+/// Reads and drops an unread request body, bounded by [`DRAIN_MAX`] and
+/// [`DRAIN_TIMEOUT`]. True when the body ended (or there was none), i.e.
+/// the connection is positioned at the next request.
+pub async fn drain_unread(body: Option<HttpBody>, headers: &HeaderMap) -> bool {
+    use http_body::Body as _;
+    let Some(body) = body else { return true };
+    if body.is_end_stream() {
+        return true;
+    }
+    let get = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    // A client waiting for "100 Continue" has not sent the body; reading it
+    // now would only ask for bytes nobody wants.
+    if get(header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) {
+        return false;
+    }
+    if get(header::CONTENT_LENGTH)
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > DRAIN_MAX)
+    {
+        return false;
+    }
+    let limited = http_body_util::Limited::new(body, DRAIN_MAX as usize);
+    matches!(
+        tokio::time::timeout(DRAIN_TIMEOUT, limited.collect()).await,
+        Ok(Ok(_))
+    )
 }
 
 fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {

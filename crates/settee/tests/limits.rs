@@ -386,3 +386,61 @@ fn keep_alive_slow_clients_and_connection_limit() {
     // The server still serves others.
     assert_eq!(s.anon("GET", "/_up", None).status, 200);
 }
+
+/// Sends a request head, then (after the server may already have answered)
+/// its body; returns the response.
+fn head_then_body(conn: &mut TcpStream, head: &str, body: &[u8]) -> String {
+    write!(
+        conn,
+        "{head}\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    conn.write_all(body).unwrap();
+    read_response(conn)
+}
+
+#[test]
+fn errors_before_the_body_keep_the_connection_usable() {
+    let s = shared();
+    s.create_db("unread");
+    let mut conn = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let big = format!("{{\"a\":\"{}\"}}", "x".repeat(200_000));
+    // Each is answered without reading the body: no database, a wrong
+    // method, a path that is not UTF-8, a design doc without admin rights.
+    let cases = [
+        ("PUT /nounread/x HTTP/1.1", "404"),
+        ("PATCH /unread/x HTTP/1.1", "405"),
+        ("PUT /unread/%ff HTTP/1.1", "400"),
+        ("PUT /unread/_design/d HTTP/1.1", "401"),
+    ];
+    for (head, status) in cases {
+        for body in ["{}", big.as_str()] {
+            let r = head_then_body(&mut conn, head, body.as_bytes());
+            assert!(r.starts_with(&format!("HTTP/1.1 {status}")), "{head}: {r}");
+            assert!(!r.to_lowercase().contains("connection: close"), "{r}");
+            // The same connection serves the next request.
+            write!(conn, "GET /unread HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let next = read_response(&mut conn);
+            assert!(next.starts_with("HTTP/1.1 200"), "after {head}: {next}");
+        }
+    }
+    // A body too large to drain: the answer says the connection closes,
+    // and it does.
+    write!(
+        conn,
+        "PUT /nounread/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000000\r\n\r\n{{\"a\":"
+    )
+    .unwrap();
+    let r = read_response(&mut conn);
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+    assert!(r.to_lowercase().contains("connection: close"), "{r}");
+    let mut rest = Vec::new();
+    // EOF (or a reset, when unread bytes remain): nothing more is served.
+    let _ = conn.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    assert_eq!(s.anon("GET", "/unread", None).json()["doc_count"], 0);
+}
