@@ -13,7 +13,6 @@
 //!   write nothing.
 //! - Request sizes are bounded: `max_bulk_docs_count` / `max_bulk_get_count`.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use axum::http::{Method, StatusCode};
@@ -26,6 +25,7 @@ use settee_core::rev::Rev;
 use settee_db::{DocFailure, DocResult, Error, GetOptions, OpenRev, OpenRevs, UpdateOptions};
 
 use super::allow;
+use super::bulk_body::BulkBody;
 use super::doc::push_open_rev;
 use crate::auth::{require_db_reader, require_db_writer, require_design_writer, UserCtx};
 use crate::error::{ApiError, ApiResult};
@@ -235,20 +235,16 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     require_db_writer(&req.settings, &req.user)?;
     let db = app.db(name)?;
     let bytes = req.json_bytes().await?;
-    // Members parsed lazily: the documents stay raw text until each is
-    // turned into a `Doc` (see `Doc::from_json_text`).
-    let body: BTreeMap<String, &RawValue> = serde_json::from_slice(&bytes).map_err(body_error)?;
-    let docs: Vec<&RawValue> = match body.get("docs").map(|d| serde_json::from_str(d.get())) {
-        Some(Ok(docs)) => docs,
-        _ => {
-            return Err(ApiError::bad_request(
-                "POST body must include `docs` parameter.",
-            ))
-        }
+    // The documents stay raw text until each is turned into a `Doc` (see
+    // `Doc::from_json_text`).
+    let body = BulkBody::parse(&bytes).map_err(body_error)?;
+    let Some(docs) = body.docs else {
+        return Err(ApiError::bad_request(
+            "POST body must include `docs` parameter.",
+        ));
     };
-    let flag = |name: &str, default: bool| {
-        let value: Option<Value> = body
-            .get(name)
+    let flag = |raw: Option<&RawValue>, default: bool| {
+        let value: Option<Value> = raw
             .map(|v| serde_json::from_str(v.get()))
             .transpose()
             .map_err(body_error)?;
@@ -260,8 +256,8 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             )),
         }
     };
-    let new_edits = flag("new_edits", true)?;
-    let all_or_nothing = flag("all_or_nothing", false)?;
+    let new_edits = flag(body.new_edits, true)?;
+    let all_or_nothing = flag(body.all_or_nothing, false)?;
     if docs.len() as u64 > req.settings.max_bulk_docs_count {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

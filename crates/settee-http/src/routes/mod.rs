@@ -7,6 +7,7 @@
 
 pub mod all_docs;
 pub mod bulk;
+pub mod bulk_body;
 pub mod changes;
 pub mod db;
 pub mod doc;
