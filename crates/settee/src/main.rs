@@ -25,6 +25,11 @@ mod tools;
 
 /// mimalloc: the engine's writer and the HTTP layer allocate many small
 /// short-lived buffers; glibc malloc cost ~20% more time in profiles.
+/// Built with `no_thp`: mimalloc does not ask for transparent huge pages
+/// for its arenas. The first touch of a huge page zeroes 2 MiB at once —
+/// on the development VM 3.5–5 ms, stalling whichever request grows the
+/// heap (bulk_doc_1000 on a fresh server: p99 13–31 ms with THP, 4–6 ms
+/// without; `bench/RESULTS.md`, session 7).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
