@@ -149,7 +149,34 @@ impl RevTree {
 
     /// The winning leaf, or None for an empty tree.
     pub fn winner(&self) -> Option<Leaf> {
-        self.leaves().into_iter().next()
+        self.winner_node().map(|n| Leaf {
+            rev: n.rev.clone(),
+            deleted: n.deleted,
+            has_body: n.has_body,
+        })
+    }
+
+    /// The winning leaf's node: the first of [`RevTree::leaves`], found
+    /// without collecting and sorting them (the writer asks several times
+    /// per document).
+    pub fn winner_node(&self) -> Option<&Node> {
+        if let [only] = self.nodes.as_slice() {
+            return Some(only);
+        }
+        let has_child = self.child_flags();
+        fn key(n: &Node) -> (bool, u64, &RevHash) {
+            (!n.deleted, n.rev.pos, &n.rev.hash)
+        }
+        self.nodes
+            .iter()
+            .zip(has_child)
+            .filter(|(_, has_child)| !has_child)
+            // Strictly greater replaces: among equal keys the first stays,
+            // as in the stable sort of `leaves`.
+            .fold(None, |best: Option<&Node>, (n, _)| match best {
+                Some(b) if key(n) <= key(b) => Some(b),
+                _ => Some(n),
+            })
     }
 
     /// Revisions from `rev` back to its root, newest first.

@@ -89,7 +89,7 @@ impl DocRecord {
     /// Body bytes of the winning revision (for `sizes.external`).
     pub fn winner_bytes(&self) -> u64 {
         self.tree
-            .winner()
+            .winner_node()
             .and_then(|w| self.inline_body(&w.rev))
             .map_or(0, |b| b.len() as u64)
     }

@@ -456,7 +456,7 @@ enum Presence {
 }
 
 fn presence(tree: Option<&RevTree>) -> Presence {
-    match tree.and_then(RevTree::winner) {
+    match tree.and_then(RevTree::winner_node) {
         None => Presence::Absent,
         Some(w) if w.deleted => Presence::Deleted,
         Some(_) => Presence::Live,
