@@ -137,8 +137,12 @@ mod tests {
 
     use super::*;
 
+    /// What a reading found: the documents' text and the two flags' text
+    /// (`Err` when the body was refused).
+    type Found = Result<(Option<Vec<String>>, Option<String>, Option<String>), ()>;
+
     /// The two-pass reading this module replaces.
-    fn two_pass(text: &str) -> Result<(Option<Vec<String>>, Option<String>, Option<String>), ()> {
+    fn two_pass(text: &str) -> Found {
         let map: BTreeMap<String, &RawValue> = serde_json::from_str(text).map_err(|_| ())?;
         let docs = map
             .get("docs")
@@ -148,7 +152,7 @@ mod tests {
         Ok((docs, raw("new_edits"), raw("all_or_nothing")))
     }
 
-    fn one_pass(text: &str) -> Result<(Option<Vec<String>>, Option<String>, Option<String>), ()> {
+    fn one_pass(text: &str) -> Found {
         let b = BulkBody::parse(text.as_bytes()).map_err(|_| ())?;
         let docs = b
             .docs
