@@ -3,7 +3,8 @@
 //!
 //! Code map:
 //! - [`server`]: the listener loop (connection limit, header timeout,
-//!   keep-alive, graceful shutdown) and the tower stack (gzip/deflate
+//!   keep-alive, graceful shutdown), the connection threads (one
+//!   single-threaded runtime per CPU) and the tower stack (gzip/deflate
 //!   request bodies, compressed responses, panic guard);
 //! - this module: the request entry point — counters, idle polling, CORS, authentication,
 //!   path splitting — before [`routes::dispatch`] picks a handler;

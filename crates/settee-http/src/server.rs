@@ -6,18 +6,23 @@
 //! - a client must send its request head within `header_read_timeout`
 //!   (slow-loris); bodies are bounded by [`crate::request`];
 //! - keep-alive is on; TCP_NODELAY is set (responses are written whole);
-//! - on shutdown the loop stops accepting, tells streaming feeds to end
-//!   (`AppState::closing`), and waits (bounded) for in-flight requests, so
-//!   acknowledged writes are answered before the engine is shut down.
+//! - connections are served by one thread per CPU, each with its own
+//!   single-threaded runtime; the accept loop gives each new connection to
+//!   the thread with the fewest, and it stays there;
+//! - on shutdown the loop stops accepting, streaming feeds are told to end
+//!   (`AppState::closing`), and each thread waits (bounded) for its
+//!   in-flight requests, so acknowledged writes are answered before the
+//!   engine is shut down.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::predicate::{DefaultPredicate, Predicate};
@@ -34,6 +39,8 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// Threads serving connections (0: one per CPU).
+    pub threads: usize,
 }
 
 impl Default for ServeOptions {
@@ -42,6 +49,7 @@ impl Default for ServeOptions {
             max_connections: 2048,
             header_read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            threads: 0,
         }
     }
 }
@@ -77,19 +85,43 @@ fn panic_response(
 }
 
 /// Serves `app` on `listener` until `shutdown` completes.
+///
+/// The accept loop hands each connection to one of [`ServeOptions::threads`]
+/// connection threads — the one serving the fewest — each running its own
+/// single-threaded runtime, so a request, its handler and the wake-up when
+/// the engine answers stay on one thread. (On a work-stealing runtime a
+/// lone client's durable PUT was read by one worker, woke the other, and
+/// was answered by whichever the engine's reply unparked: three thread
+/// wake-ups per request on a 2-CPU VM; `bench/RESULTS.md`, session 7.)
 pub async fn serve(
     listener: TcpListener,
     app: App,
     opts: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let router = crate::router(app.clone()).layer(CatchPanicLayer::custom(panic_response));
-    let svc = ServiceBuilder::new()
-        .layer(CompressionLayer::new().compress_when(DefaultPredicate::new().and(NotMarked)))
-        .layer(RequestDecompressionLayer::new())
-        .service(router);
     let permits = Arc::new(Semaphore::new(opts.max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let threads = if opts.threads == 0 {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        opts.threads
+    };
+    let loads: Arc<[AtomicUsize]> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
+    let mut senders = Vec::with_capacity(threads);
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        // Unbounded, yet bounded by the permits: every queued connection
+        // holds one.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        senders.push(tx);
+        let (app, opts, loads) = (app.clone(), opts.clone(), loads.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = std::thread::Builder::new()
+            .name(format!("http-{i}"))
+            .spawn(move || runtime.block_on(serve_thread(rx, app, opts, &loads[i])))?;
+        handles.push(handle);
+    }
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -108,25 +140,84 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
-        // Best effort: a socket that refuses NODELAY still works.
-        let _ = stream.set_nodelay(true);
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(opts.header_read_timeout)
-            .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc.clone()));
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            // Connection errors (resets, timeouts) concern only that client.
-            let _ = conn.await;
-            drop(permit);
-        });
+        // A stream that cannot move between runtimes is dropped: only that
+        // client sees it.
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        let (least, _) = loads
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, l)| l.load(Ordering::Relaxed))
+            .expect("at least one thread");
+        loads[least].fetch_add(1, Ordering::Relaxed);
+        if senders[least].send((stream, permit)).is_err() {
+            // The thread is gone (it only ends when the senders drop).
+            loads[least].fetch_sub(1, Ordering::Relaxed);
+        }
     }
     drop(listener);
     app.closing.send_replace(true);
+    // The threads see their channels close, wait (bounded) for their
+    // connections and return; joining them must not block this runtime.
+    drop(senders);
+    tokio::task::spawn_blocking(move || {
+        for h in handles {
+            // A panicked connection thread has nothing left to wait for.
+            let _ = h.join();
+        }
+    })
+    .await
+    .map_err(std::io::Error::other)
+}
+
+/// One connection thread: serves the connections handed to it until the
+/// accept loop stops, then waits (bounded) for them to finish. `load`
+/// counts its open connections.
+async fn serve_thread(
+    mut incoming: tokio::sync::mpsc::UnboundedReceiver<(std::net::TcpStream, OwnedSemaphorePermit)>,
+    app: App,
+    opts: ServeOptions,
+    load: &AtomicUsize,
+) {
+    let router = crate::router(app).layer(CatchPanicLayer::custom(panic_response));
+    let svc = ServiceBuilder::new()
+        .layer(CompressionLayer::new().compress_when(DefaultPredicate::new().and(NotMarked)))
+        .layer(RequestDecompressionLayer::new())
+        .service(router);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    loop {
+        tokio::select! {
+            next = incoming.recv() => {
+                let Some((stream, permit)) = next else { break };
+                let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+                    load.fetch_sub(1, Ordering::Relaxed);
+                    continue;
+                };
+                // Best effort: a socket that refuses NODELAY still works.
+                let _ = stream.set_nodelay(true);
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(opts.header_read_timeout)
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc.clone()));
+                let conn = graceful.watch(conn);
+                let done = done_tx.clone();
+                tokio::spawn(async move {
+                    // Connection errors (resets, timeouts) concern only that client.
+                    let _ = conn.await;
+                    drop(permit);
+                    let _ = done.send(());
+                });
+            }
+            Some(()) = done_rx.recv() => {
+                load.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(opts.shutdown_grace) => tracing::warn!("shutdown grace period over; closing connections"),
     }
-    Ok(())
 }
