@@ -119,7 +119,7 @@ pub async fn serve(
             .build()?;
         let handle = std::thread::Builder::new()
             .name(format!("http-{i}"))
-            .spawn(move || runtime.block_on(serve_thread(rx, app, opts, &loads[i])))?;
+            .spawn(move || runtime.block_on(serve_thread(rx, app, opts, loads, i)))?;
         handles.push(handle);
     }
     tokio::pin!(shutdown);
@@ -172,13 +172,14 @@ pub async fn serve(
 }
 
 /// One connection thread: serves the connections handed to it until the
-/// accept loop stops, then waits (bounded) for them to finish. `load`
-/// counts its open connections.
+/// accept loop stops, then waits (bounded) for them to finish.
+/// `loads[me]` counts its open connections.
 async fn serve_thread(
     mut incoming: tokio::sync::mpsc::UnboundedReceiver<(std::net::TcpStream, OwnedSemaphorePermit)>,
     app: App,
     opts: ServeOptions,
-    load: &AtomicUsize,
+    loads: Arc<[AtomicUsize]>,
+    me: usize,
 ) {
     let router = crate::router(app).layer(CatchPanicLayer::custom(panic_response));
     let svc = ServiceBuilder::new()
@@ -186,35 +187,26 @@ async fn serve_thread(
         .layer(RequestDecompressionLayer::new())
         .service(router);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    loop {
-        tokio::select! {
-            next = incoming.recv() => {
-                let Some((stream, permit)) = next else { break };
-                let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
-                    load.fetch_sub(1, Ordering::Relaxed);
-                    continue;
-                };
-                // Best effort: a socket that refuses NODELAY still works.
-                let _ = stream.set_nodelay(true);
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(opts.header_read_timeout)
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc.clone()));
-                let conn = graceful.watch(conn);
-                let done = done_tx.clone();
-                tokio::spawn(async move {
-                    // Connection errors (resets, timeouts) concern only that client.
-                    let _ = conn.await;
-                    drop(permit);
-                    let _ = done.send(());
-                });
-            }
-            Some(()) = done_rx.recv() => {
-                load.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+    while let Some((stream, permit)) = incoming.recv().await {
+        let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+            loads[me].fetch_sub(1, Ordering::Relaxed);
+            continue;
+        };
+        // Best effort: a socket that refuses NODELAY still works.
+        let _ = stream.set_nodelay(true);
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(opts.header_read_timeout)
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc.clone()));
+        let conn = graceful.watch(conn);
+        let loads = loads.clone();
+        tokio::spawn(async move {
+            // Connection errors (resets, timeouts) concern only that client.
+            let _ = conn.await;
+            drop(permit);
+            loads[me].fetch_sub(1, Ordering::Relaxed);
+        });
     }
     tokio::select! {
         _ = graceful.shutdown() => {}
