@@ -136,7 +136,7 @@ impl RevTree {
                 }
             })
             .collect();
-        leaves.sort_by(|a, b| winner_key(b).cmp(&winner_key(a)));
+        leaves.sort_by(|a, b| winner_key(b.deleted, &b.rev).cmp(&winner_key(a.deleted, &a.rev)));
         leaves
     }
 
@@ -164,9 +164,6 @@ impl RevTree {
             return Some(only);
         }
         let has_child = self.child_flags();
-        fn key(n: &Node) -> (bool, u64, &RevHash) {
-            (!n.deleted, n.rev.pos, &n.rev.hash)
-        }
         self.nodes
             .iter()
             .zip(has_child)
@@ -174,7 +171,9 @@ impl RevTree {
             // Strictly greater replaces: among equal keys the first stays,
             // as in the stable sort of `leaves`.
             .fold(None, |best: Option<&Node>, (n, _)| match best {
-                Some(b) if key(n) <= key(b) => Some(b),
+                Some(b) if winner_key(n.deleted, &n.rev) <= winner_key(b.deleted, &b.rev) => {
+                    Some(b)
+                }
                 _ => Some(n),
             })
     }
@@ -450,8 +449,8 @@ fn status(n: &Node) -> RevStatus {
     }
 }
 
-fn winner_key(l: &Leaf) -> (bool, u64, &RevHash) {
-    (!l.deleted, l.rev.pos, &l.rev.hash)
+fn winner_key(deleted: bool, rev: &Rev) -> (bool, u64, &RevHash) {
+    (!deleted, rev.pos, &rev.hash)
 }
 
 #[cfg(test)]
