@@ -54,6 +54,10 @@ impl Default for ServeOptions {
     }
 }
 
+/// Threads for blocking work (`spawn_blocking`: page rendering, database
+/// creation, password hashing) across all connection threads' runtimes.
+const BLOCKING_THREADS_MAX: usize = 512;
+
 /// Marks a streaming response (continuous feeds) that must not be compressed,
 /// because a compressor would hold back heartbeats and rows.
 #[derive(Debug, Clone, Copy)]
@@ -114,8 +118,11 @@ pub async fn serve(
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         senders.push(tx);
         let (app, opts, loads) = (app.clone(), opts.clone(), loads.clone());
+        // Tokio's default of 512 blocking threads per runtime, shared out:
+        // one runtime per thread must not multiply it.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .max_blocking_threads((BLOCKING_THREADS_MAX / threads).max(8))
             .build()?;
         let handle = std::thread::Builder::new()
             .name(format!("http-{i}"))
