@@ -18,6 +18,7 @@ use settee_core::rev::Rev;
 use settee_store::{Keyspace, Store};
 use tokio::sync::{oneshot, watch};
 
+use crate::batch_buffer::{Append, BatchBuffer};
 use crate::committer::Pipe;
 use crate::error::{DocFailure, Error, Result};
 use crate::keys::{self, DbId};
@@ -45,6 +46,9 @@ pub(crate) struct Shared {
     /// holding this lock, and a writer retires only while holding it with
     /// an empty queue — so no request is ever left in a dead writer's queue.
     pub writer: Mutex<Option<WriterSlot>>,
+    /// Batch-mode updates accepted and not yet taken by the writer
+    /// (appended only with `writer` locked; see [`crate::batch_buffer`]).
+    pub batch: Mutex<BatchBuffer>,
     /// Set when the database is deleted or the engine shuts down.
     pub closed: AtomicBool,
     /// Counters as of the last commit.
@@ -62,13 +66,53 @@ pub(crate) struct WriterSlot {
 }
 
 impl Shared {
-    /// Enqueues a request, starting the writer if none runs. Gives the
-    /// request back when the queue is full.
-    fn try_enqueue(self: &Arc<Self>, mut req: Request) -> Result<Option<Request>> {
+    /// Enqueues a request, starting the writer if none runs; batch-mode
+    /// updates go to the batch buffer instead. Gives the request back when
+    /// the queue (or the buffer) is full.
+    fn try_enqueue(self: &Arc<Self>, req: Request) -> Result<Option<Request>> {
+        let req = match req {
+            Request::Update(u) if u.durability == Durability::Batch => {
+                return Ok(self.try_buffer(u)?.map(Request::Update));
+            }
+            other => other,
+        };
         let mut slot = self.writer.lock();
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        self.send_locked(&mut slot, req)
+    }
+
+    /// Buffers a batch-mode update (waking the writer when the buffer needs
+    /// it), starting the writer if none runs. Gives the update back when
+    /// the buffer is full.
+    fn try_buffer(self: &Arc<Self>, req: UpdateReq) -> Result<Option<UpdateReq>> {
+        let mut slot = self.writer.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if slot.is_none() {
+            *slot = Some(self.spawn_writer()?);
+        }
+        let wake = match self.batch.lock().append(req, self.opts.batch_docs_max) {
+            Append::Full(back) => return Ok(Some(back)),
+            Append::Accepted { wake } => wake,
+        };
+        if wake {
+            // A full queue means a busy writer, which checks the buffer
+            // after every group: the wake-up is not needed then.
+            self.send_locked(&mut slot, Request::Buffered)?;
+        }
+        Ok(None)
+    }
+
+    /// Sends to the running writer (starting one if none runs); `slot` is
+    /// the locked writer slot. Gives the request back when the queue is full.
+    fn send_locked(
+        self: &Arc<Self>,
+        slot: &mut Option<WriterSlot>,
+        mut req: Request,
+    ) -> Result<Option<Request>> {
         // At most two rounds: a writer found dead is replaced once.
         for _ in 0..2 {
             let running = match slot.as_ref() {
@@ -123,10 +167,11 @@ impl Shared {
         }
     }
 
-    /// Called by an idle writer: retires it if its queue is empty.
+    /// Called by an idle writer: retires it if its queue and the batch
+    /// buffer are empty.
     pub(crate) fn retire_if_idle(&self, rx: &crossbeam_channel::Receiver<Request>) -> bool {
         let mut slot = self.writer.lock();
-        if !rx.is_empty() {
+        if !rx.is_empty() || !self.batch.lock().is_empty() {
             return false;
         }
         // Dropping the slot detaches the thread, which returns right after.

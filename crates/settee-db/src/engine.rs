@@ -22,6 +22,7 @@ use settee_store::rocks::RocksStore;
 use settee_store::{Batch, Keyspace, Store};
 use tokio::sync::watch;
 
+use crate::batch_buffer::BatchBuffer;
 use crate::database::{Database, Shared};
 use crate::error::{Error, Result};
 use crate::keys::{self, DbId};
@@ -174,6 +175,7 @@ impl Engine {
             poison: self.inner.poison.clone(),
             opts: self.inner.opts.clone(),
             writer: Mutex::new(None),
+            batch: Mutex::new(BatchBuffer::default()),
             closed: AtomicBool::new(false),
             seq_watch: watch::channel(state.update_seq).0,
             state: Mutex::new(state),

@@ -20,6 +20,7 @@
 //! - the first storage error poisons the engine ([`poison`]);
 //! - deterministic revision ids (settee_core::rev).
 
+mod batch_buffer;
 pub mod committer;
 pub mod database;
 pub mod engine;

@@ -24,8 +24,10 @@
 //!   writer adds ids, and purge only removes them.
 //! - **Durability modes** (see [`Durability`]): delayed-commit groups are
 //!   fsynced within `delayed_flush_ms` (by the committer); batch-mode
-//!   documents are buffered here and applied (with an fsync) within
-//!   `batch_flush_ms` or at `batch_docs_max`.
+//!   documents wait in the database's batch buffer ([`crate::batch_buffer`])
+//!   and the writer applies them (with an fsync) within `batch_flush_ms`
+//!   of noticing the first, or at `batch_docs_max`. It looks at the
+//!   buffer after every group and when woken by [`Request::Buffered`].
 //! - **Stop on the first storage error.** A failed write or fsync poisons the
 //!   engine; the whole group fails and nothing is retried.
 
@@ -83,6 +85,8 @@ pub(crate) enum Request {
     },
     /// Apply buffered batch-mode updates and fsync everything (`_ensure_full_commit`).
     Flush(oneshot::Sender<Result<()>>),
+    /// The batch buffer has become non-empty or due.
+    Buffered,
     SetRevsLimit(u64, oneshot::Sender<Result<()>>),
     Purge(
         Vec<(String, Vec<Rev>)>,
@@ -109,9 +113,8 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     rx: Receiver<Request>,
     state: DbState,
-    /// Batch-mode updates waiting to be applied, and when the first arrived.
-    buffered: Vec<UpdateReq>,
-    buffered_docs: usize,
+    /// When the writer first saw the batch buffer non-empty (since it last
+    /// took it): the buffer is due `batch_flush_ms` later.
     buffered_since: Option<Instant>,
     /// The committer (it numbers the groups handed to it).
     pipe: Pipe,
@@ -136,8 +139,6 @@ impl Writer {
             shared,
             rx,
             state,
-            buffered: Vec::new(),
-            buffered_docs: 0,
             buffered_since: None,
             pipe,
             inflight: Inflight::default(),
@@ -221,19 +222,16 @@ impl Writer {
         }
     }
 
-    /// Applies one group: buffers batch-mode updates, commits the rest (and
-    /// any buffered updates that are due) in one storage batch.
+    /// Applies one group: commits its requests and, when due, the batch
+    /// buffer's updates in one storage batch.
     fn process(&mut self, group: Vec<Request>, stop: bool) {
         let now = Instant::now();
         let mut todo = Vec::with_capacity(group.len());
         let mut flush_all = stop;
         for req in group {
             match req {
-                Request::Update(u) if u.durability == Durability::Batch => {
-                    self.buffered_docs += u.docs.len();
-                    self.buffered_since.get_or_insert(now);
-                    self.buffered.push(u);
-                }
+                // The buffer is looked at below, whatever woke the writer.
+                Request::Buffered => {}
                 Request::Flush(_) | Request::Shutdown => {
                     flush_all = true;
                     todo.push(req);
@@ -242,16 +240,23 @@ impl Writer {
             }
         }
         let opts = &self.shared.opts;
-        let batch_due = self.buffered_docs >= opts.batch_docs_max
-            || self
-                .buffered_since
-                .is_some_and(|t| now >= t + Duration::from_millis(opts.batch_flush_ms));
-        let mut buffered = Vec::new();
-        if (batch_due || flush_all) && !self.buffered.is_empty() {
-            buffered = std::mem::take(&mut self.buffered);
-            self.buffered_docs = 0;
-            self.buffered_since = None;
-        }
+        let buffered = {
+            let mut batch = self.shared.batch.lock();
+            if batch.is_empty() {
+                self.buffered_since = None;
+                Vec::new()
+            } else {
+                let since = *self.buffered_since.get_or_insert(now);
+                let due = batch.docs() >= opts.batch_docs_max
+                    || now >= since + Duration::from_millis(opts.batch_flush_ms);
+                if due || flush_all {
+                    self.buffered_since = None;
+                    batch.take()
+                } else {
+                    Vec::new()
+                }
+            }
+        };
         if todo.is_empty() && buffered.is_empty() {
             return;
         }
@@ -367,6 +372,7 @@ impl Writer {
                     Err(e) => drop(tx.send(Err(e))),
                 },
                 Request::Shutdown => sync = true,
+                Request::Buffered => {}
             }
         }
         let Ctx {
@@ -420,7 +426,7 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
                 drop(tx.send(Err(e.clone())))
             }
             Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),
-            Request::Shutdown => {}
+            Request::Shutdown | Request::Buffered => {}
         }
     }
 }

@@ -634,6 +634,79 @@ fn batch_mode_applies_within_flush_window_or_on_ensure_full_commit() {
 }
 
 #[test]
+fn batch_mode_flushes_at_batch_docs_max_and_waits_when_the_buffer_is_full() {
+    // The timer never fires here: only the document count flushes.
+    let opts = EngineOptions {
+        batch_flush_ms: 600_000,
+        batch_docs_max: 4,
+        ..Default::default()
+    };
+    let (e, _store) = mem_engine_with(opts);
+    let db = e.create_db("b").unwrap();
+    let batch = UpdateOptions {
+        durability: Some(Durability::Batch),
+        ..Default::default()
+    };
+    for i in 0..3 {
+        db.update(vec![doc(json!({"_id": format!("a{i}")}))], batch)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(db.update_seq(), 0, "3 < batch_docs_max: still buffered");
+    db.update(vec![doc(json!({"_id": "a3"}))], batch).unwrap();
+    assert_eq!(
+        db.wait_for_change(0, Duration::from_secs(5)),
+        4,
+        "the fourth document makes the buffer due"
+    );
+    // Many more than the buffer holds (twice batch_docs_max), from four
+    // threads: callers wait while it is full, nothing is lost.
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let db = db.clone();
+            s.spawn(move || {
+                for i in 0..50 {
+                    let d = doc(json!({"_id": format!("t{t}-{i}")}));
+                    assert!(db.update(vec![d], batch).unwrap().is_empty());
+                }
+            });
+        }
+    });
+    db.ensure_full_commit().unwrap();
+    assert_eq!(db.info().unwrap().doc_count, 204);
+}
+
+#[test]
+fn batch_mode_docs_outlive_an_idle_writer() {
+    // The writer would retire after 5 ms idle; buffered documents keep it
+    // (or a successor) until the 150 ms timer applies them.
+    let opts = EngineOptions {
+        batch_flush_ms: 150,
+        writer_idle_ms: 5,
+        ..Default::default()
+    };
+    let (e, _store) = mem_engine_with(opts);
+    let db = e.create_db("b").unwrap();
+    let batch = UpdateOptions {
+        durability: Some(Durability::Batch),
+        ..Default::default()
+    };
+    for round in 0..3 {
+        db.update(vec![doc(json!({"_id": format!("r{round}")}))], batch)
+            .unwrap();
+        let seq = db.update_seq();
+        assert_eq!(
+            db.wait_for_change(seq, Duration::from_secs(5)),
+            seq + 1,
+            "round {round}: applied by the timer"
+        );
+        // Idle long enough for the writer to retire between rounds.
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    assert_eq!(db.info().unwrap().doc_count, 3);
+}
+
+#[test]
 fn full_commit_survives_crash_delayed_is_flushed() {
     let store = Arc::new(MemStore::new());
     let opts = EngineOptions {
