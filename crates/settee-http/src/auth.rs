@@ -12,10 +12,16 @@
 //! - A password is verified with PBKDF2 once per process; afterwards a
 //!   SHA-256 of the credentials, tied to the stored hash, is compared in
 //!   constant time, so a changed password invalidates the cache.
+//! - One PBKDF2 verification runs at a time (each is ~0.25 s of CPU): the
+//!   requests that arrive with the same credentials meanwhile, e.g. a
+//!   client's first burst of parallel connections, wait for it and find
+//!   the result cached, and a stream of wrong passwords keeps one CPU busy
+//!   at most.
 //! - Wrong credentials are always 401, even on endpoints that allow
 //!   anonymous access (CouchDB's behaviour).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::http::{header, HeaderMap, StatusCode};
@@ -104,6 +110,10 @@ pub struct Auth {
     config: Arc<Config>,
     /// user → digest of (stored hash, user, password) that verified.
     verified: Mutex<HashMap<String, [u8; 32]>>,
+    /// Held while a password is verified with PBKDF2.
+    verifying: tokio::sync::Mutex<()>,
+    /// PBKDF2 verifications run so far.
+    verifications: AtomicU64,
 }
 
 impl Auth {
@@ -111,7 +121,18 @@ impl Auth {
         Auth {
             config,
             verified: Mutex::new(HashMap::new()),
+            verifying: tokio::sync::Mutex::new(()),
+            verifications: AtomicU64::new(0),
         }
+    }
+
+    /// Whether `key` (see [`cache_key`]) is the cached digest of `user`'s
+    /// verified credentials.
+    fn is_cached(&self, user: &str, key: &[u8; 32]) -> bool {
+        self.verified
+            .lock()
+            .get(user)
+            .is_some_and(|k| constant_time_eq(k, key))
     }
 
     /// Identifies the requester from the `Authorization` header.
@@ -133,18 +154,18 @@ impl Auth {
         let (user, password) = text.split_once(':').ok_or_else(bad)?;
         let stored = self.config.get(ADMINS, user).ok_or_else(bad)?;
         let key = cache_key(&stored, user, password);
-        let cached = self
-            .verified
-            .lock()
-            .get(user)
-            .is_some_and(|k| constant_time_eq(k, &key));
-        if !cached {
-            let (s, p) = (stored.clone(), password.to_string());
-            let ok = tokio::task::spawn_blocking(move || verify_password(&s, &p)).await?;
-            if !ok {
-                return Err(bad());
+        if !self.is_cached(user, &key) {
+            let _turn = self.verifying.lock().await;
+            // Verified by the request this one waited for?
+            if !self.is_cached(user, &key) {
+                self.verifications.fetch_add(1, Ordering::Relaxed);
+                let (s, p) = (stored.clone(), password.to_string());
+                let ok = tokio::task::spawn_blocking(move || verify_password(&s, &p)).await?;
+                if !ok {
+                    return Err(bad());
+                }
+                self.verified.lock().insert(user.to_string(), key);
             }
-            self.verified.lock().insert(user.to_string(), key);
         }
         Ok(UserCtx {
             name: Some(user.to_string()),
@@ -262,5 +283,61 @@ mod tests {
         assert!(!verify_password(&h, "s3cre"));
         assert!(!verify_password("garbage", "s3cret"));
         assert!(!verify_password("-pbkdf2:sha256-zz,00,1", "x"));
+    }
+
+    fn basic(user: &str, password: &str) -> HeaderMap {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            format!("Basic {token}").parse().unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn concurrent_first_requests_share_one_verification() {
+        let config = Arc::new(Config::ephemeral());
+        // Few iterations: the test is about how many verifications run.
+        let mut salt = [0u8; 16];
+        rand::rng().fill_bytes(&mut salt);
+        let mut out = [0u8; 32];
+        pbkdf2::pbkdf2_hmac::<Sha256>(b"pw", &salt, 20_000, &mut out);
+        let stored = format!(
+            "{HASH_PREFIX}{},{},20000",
+            hex::encode(out),
+            hex::encode(salt)
+        );
+        config.set(ADMINS, "admin", &stored).unwrap();
+        let auth = Arc::new(Auth::new(config));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let auth = auth.clone();
+                    tokio::spawn(async move { auth.authenticate(&basic("admin", "pw")).await })
+                })
+                .collect();
+            for t in tasks {
+                let user = t.await.unwrap().unwrap();
+                assert!(user.is_admin());
+            }
+            assert_eq!(auth.verifications.load(Ordering::Relaxed), 1);
+            // A wrong password is verified (and refused) every time.
+            for _ in 0..2 {
+                let e = auth
+                    .authenticate(&basic("admin", "nope"))
+                    .await
+                    .unwrap_err();
+                assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+            }
+            assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);
+            // The right one is still cached.
+            auth.authenticate(&basic("admin", "pw")).await.unwrap();
+            assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);
+        });
     }
 }
