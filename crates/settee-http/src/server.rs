@@ -58,10 +58,6 @@ impl Default for ServeOptions {
 /// creation, password hashing) across all connection threads' runtimes.
 const BLOCKING_THREADS_MAX: usize = 512;
 
-/// Period of each connection thread's ticker (see `serve_thread`): well
-/// under the header timeout, rare enough to cost nothing.
-const TIMER_FLOOR: Duration = Duration::from_secs(1);
-
 /// Marks a streaming response (continuous feeds) that must not be compressed,
 /// because a compressor would hold back heartbeats and rows.
 #[derive(Debug, Clone, Copy)]
@@ -198,17 +194,6 @@ async fn serve_thread(
         .layer(RequestDecompressionLayer::new())
         .service(router);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    // hyper arms the header timeout anew for every request head. When that
-    // timer is the earliest of the thread's timers, tokio wakes its own
-    // driver (a write to an eventfd, from this very thread, and one more
-    // pass through epoll) to shorten the driver's sleep. A timer that
-    // always fires sooner, once a second, makes that never the case.
-    let ticker = tokio::spawn(async {
-        let mut tick = tokio::time::interval(TIMER_FLOOR);
-        loop {
-            tick.tick().await;
-        }
-    });
     while let Some((stream, permit)) = incoming.recv().await {
         let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
             loads[me].fetch_sub(1, Ordering::Relaxed);
@@ -230,7 +215,6 @@ async fn serve_thread(
             loads[me].fetch_sub(1, Ordering::Relaxed);
         });
     }
-    ticker.abort();
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(opts.shutdown_grace) => tracing::warn!("shutdown grace period over; closing connections"),
