@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use settee_core::doc::{Body, Doc};
 use settee_core::rev::Rev;
 use settee_store::{Keyspace, Store};
@@ -76,10 +76,7 @@ impl Shared {
             }
             other => other,
         };
-        let mut slot = self.writer.lock();
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
+        let mut slot = self.lock_open_slot()?;
         self.send_locked(&mut slot, req)
     }
 
@@ -87,10 +84,9 @@ impl Shared {
     /// it), starting the writer if none runs. Gives the update back when
     /// the buffer is full.
     fn try_buffer(self: &Arc<Self>, req: UpdateReq) -> Result<Option<UpdateReq>> {
-        let mut slot = self.writer.lock();
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
+        let mut slot = self.lock_open_slot()?;
+        // A writer runs before anything is buffered: failing to start one
+        // leaves nothing behind.
         if slot.is_none() {
             *slot = Some(self.spawn_writer()?);
         }
@@ -104,6 +100,15 @@ impl Shared {
             self.send_locked(&mut slot, Request::Buffered)?;
         }
         Ok(None)
+    }
+
+    /// The writer slot, locked; `Closed` once the database is closed.
+    fn lock_open_slot(&self) -> Result<MutexGuard<'_, Option<WriterSlot>>> {
+        let slot = self.writer.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(slot)
     }
 
     /// Sends to the running writer (starting one if none runs); `slot` is

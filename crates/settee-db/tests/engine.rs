@@ -591,6 +591,14 @@ fn purge_removes_revisions_entirely() {
     );
 }
 
+/// Options of a batch-mode (`batch=ok`) update.
+fn batch_mode() -> UpdateOptions {
+    UpdateOptions {
+        durability: Some(Durability::Batch),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn batch_mode_applies_within_flush_window_or_on_ensure_full_commit() {
     let opts = EngineOptions {
@@ -599,10 +607,7 @@ fn batch_mode_applies_within_flush_window_or_on_ensure_full_commit() {
     };
     let (e, store) = mem_engine_with(opts);
     let db = e.create_db("b").unwrap();
-    let batch = UpdateOptions {
-        durability: Some(Durability::Batch),
-        ..Default::default()
-    };
+    let batch = batch_mode();
     assert!(db
         .update(vec![doc(json!({"_id": "a"}))], batch)
         .unwrap()
@@ -643,10 +648,7 @@ fn batch_mode_flushes_at_batch_docs_max_and_waits_when_the_buffer_is_full() {
     };
     let (e, _store) = mem_engine_with(opts);
     let db = e.create_db("b").unwrap();
-    let batch = UpdateOptions {
-        durability: Some(Durability::Batch),
-        ..Default::default()
-    };
+    let batch = batch_mode();
     for i in 0..3 {
         db.update(vec![doc(json!({"_id": format!("a{i}")}))], batch)
             .unwrap();
@@ -687,14 +689,11 @@ fn batch_mode_docs_outlive_an_idle_writer() {
     };
     let (e, _store) = mem_engine_with(opts);
     let db = e.create_db("b").unwrap();
-    let batch = UpdateOptions {
-        durability: Some(Durability::Batch),
-        ..Default::default()
-    };
+    let batch = batch_mode();
     for round in 0..3 {
+        let seq = db.update_seq();
         db.update(vec![doc(json!({"_id": format!("r{round}")}))], batch)
             .unwrap();
-        let seq = db.update_seq();
         assert_eq!(
             db.wait_for_change(seq, Duration::from_secs(5)),
             seq + 1,
@@ -886,10 +885,7 @@ fn idle_writers_retire_and_restart_transparently() {
     let r1 = put(&db, json!({"_id": "a"}));
     assert!(db.writer_running());
     // A batch-mode write keeps the writer until it is applied and fsynced.
-    let batch = UpdateOptions {
-        durability: Some(Durability::Batch),
-        ..Default::default()
-    };
+    let batch = batch_mode();
     db.update(vec![doc(json!({"_id": "b"}))], batch).unwrap();
     wait_for_writer_to_retire(&db);
     assert!(!db.writer_running(), "the writer retired after being idle");
