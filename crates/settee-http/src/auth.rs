@@ -53,12 +53,16 @@ impl UserCtx {
 
 /// Hashes a password as `-pbkdf2:sha256-<derived hex>,<salt hex>,<iterations>`.
 pub fn hash_password(password: &str) -> String {
+    hash_with_iterations(password, PBKDF2_ITERATIONS)
+}
+
+fn hash_with_iterations(password: &str, iterations: u32) -> String {
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
     let mut out = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, PBKDF2_ITERATIONS, &mut out);
+    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, iterations, &mut out);
     format!(
-        "{HASH_PREFIX}{},{},{PBKDF2_ITERATIONS}",
+        "{HASH_PREFIX}{},{},{iterations}",
         hex::encode(out),
         hex::encode(salt)
     )
@@ -299,15 +303,7 @@ mod tests {
     fn concurrent_first_requests_share_one_verification() {
         let config = Arc::new(Config::ephemeral());
         // Few iterations: the test is about how many verifications run.
-        let mut salt = [0u8; 16];
-        rand::rng().fill_bytes(&mut salt);
-        let mut out = [0u8; 32];
-        pbkdf2::pbkdf2_hmac::<Sha256>(b"pw", &salt, 20_000, &mut out);
-        let stored = format!(
-            "{HASH_PREFIX}{},{},20000",
-            hex::encode(out),
-            hex::encode(salt)
-        );
+        let stored = hash_with_iterations("pw", 20_000);
         config.set(ADMINS, "admin", &stored).unwrap();
         let auth = Arc::new(Auth::new(config));
         let rt = tokio::runtime::Builder::new_multi_thread()
