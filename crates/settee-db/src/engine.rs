@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 use settee_core::name::validate_db_name;
+use settee_store::cache::CachedStore;
 use settee_store::rocks::RocksStore;
 use settee_store::{Batch, Keyspace, Store};
 use tokio::sync::watch;
@@ -67,7 +68,13 @@ impl Engine {
     }
 
     /// An engine over any store (in-memory and fault-injecting ones in tests).
+    /// It caches by-id records in front of it (see `doc_cache_bytes`): every
+    /// write must then go through the engine.
     pub fn with_store(store: Arc<dyn Store>, opts: EngineOptions) -> Engine {
+        let store: Arc<dyn Store> = match opts.doc_cache_bytes {
+            0 => store,
+            bytes => Arc::new(CachedStore::new(store, Keyspace::Docs, bytes)),
+        };
         Engine {
             inner: Arc::new(Inner {
                 store,

@@ -44,6 +44,9 @@ pub struct EngineOptions {
     pub update_chunk_docs: usize,
     /// Documents accepted in one update request.
     pub update_docs_max: usize,
+    /// Memory for the latest by-id records (a document's revision tree and
+    /// winning body), read by `GET` of a document; 0 turns the cache off.
+    pub doc_cache_bytes: u64,
     pub rocks: RocksOptions,
 }
 
@@ -60,6 +63,7 @@ impl Default for EngineOptions {
             group_docs_max: 128,
             update_chunk_docs: 128,
             update_docs_max: 100_000,
+            doc_cache_bytes: 64 << 20,
             rocks: RocksOptions::default(),
         }
     }

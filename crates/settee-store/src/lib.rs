@@ -8,6 +8,8 @@
 //!   simulate a crash that loses unsynced writes.
 //! - [`faulty::FaultyStore`]: wraps another store and fails writes or syncs
 //!   on command, for poisoning tests.
+//! - [`cache::CachedStore`]: wraps another store and answers reads of one
+//!   keyspace's latest values from memory, dropping what each write changes.
 //!
 //! Contract of every implementation (the layers above rely on exactly this):
 //! - [`Store::write`] applies a [`Batch`] atomically: readers and a crash see
@@ -25,6 +27,7 @@
 //! - Keys order by unsigned bytes; scans honour that order both ways.
 //! - An error is final for the operation; the store never retries an fsync.
 
+pub mod cache;
 pub mod faulty;
 pub mod mem;
 mod preformat;

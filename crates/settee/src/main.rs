@@ -84,6 +84,11 @@ struct ServeArgs {
     /// journal).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=4096))]
     wal_preformat_mb: u64,
+    /// MiB of memory for the latest by-id records of documents (their
+    /// revision trees and winning bodies), so a `GET` of a recently read
+    /// document skips the storage engine (0: off).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=65536))]
+    doc_cache_mb: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
@@ -131,6 +136,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             wal_preformat_bytes: args.wal_preformat_mb << 20,
             ..RocksOptions::default()
         },
+        doc_cache_bytes: args.doc_cache_mb << 20,
         ..EngineOptions::default()
     };
     let engine =
