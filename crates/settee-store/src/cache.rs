@@ -39,9 +39,10 @@ use crate::{Batch, Keyspace, Op, Prepared, Result, ScanFn, Snapshot, Store};
 /// machine rarely meet on one lock.
 const STRIPES: usize = 32;
 
-/// Bytes charged per entry besides its key and value (quick_cache's own
-/// bookkeeping and the two heap allocations).
-const ENTRY_OVERHEAD: u64 = 64;
+/// Bytes charged per entry besides its key and value: its slot in
+/// quick_cache's table (~53 bytes, times the table's slack of up to 2×)
+/// and the allocator's rounding of its two heap blocks.
+const ENTRY_OVERHEAD: u64 = 128;
 
 #[derive(Clone, Copy)]
 struct ByteWeight;
