@@ -173,9 +173,7 @@ impl CachedStore {
             }),
         }
     }
-}
 
-impl CachedStore {
     /// Bytes the cache holds now (keys, values and per-entry overhead).
     pub fn cached_bytes(&self) -> u64 {
         self.cache
