@@ -1,0 +1,255 @@
+//! Normalisation: a response becomes a comparable record, with the values
+//! two correct servers cannot share replaced by placeholders.
+//!
+//! - Every run of exactly 32 hex digits (revision hashes, uuids, server
+//!   uuid) becomes `#hN`, numbered by first appearance within the scenario,
+//!   so equal hashes stay equal and different ones stay different.
+//! - Sequence values (`seq`, `last_seq`, `update_seq`, `purge_seq`, …) that
+//!   are strings `N-opaque` or `N` become `"seq:N"`; numbers stay numbers.
+//! - `instance_start_time` and `sizes` become `"{volatile}"`; the server's
+//!   own `http://host:port` becomes `{base}`; `X-Couch-Request-ID` and
+//!   non-revision ETags become `{present}`/`{etag}`.
+//!
+//! Invariant: normalisation is a deterministic function of the responses
+//! in order and both sides go through the same one; it never drops a field,
+//! it only replaces values, so a missing or extra field is still a difference.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::http::Response;
+
+/// Headers compared by default (lowercase).
+pub const COMPARED_HEADERS: &[&str] = &[
+    "content-type",
+    "location",
+    "etag",
+    "cache-control",
+    "x-couch-request-id",
+    "www-authenticate",
+    "x-couch-update-newrev",
+    "x-couch-id",
+];
+
+const SEQ_KEYS: &[&str] = &["seq", "last_seq", "update_seq", "purge_seq", "committed_update_seq", "since"];
+const VOLATILE_KEYS: &[&str] = &["instance_start_time", "sizes"];
+
+/// Per-scenario state: the placeholder numbering of hashes, the base URL.
+#[derive(Debug)]
+pub struct Normalizer {
+    hashes: HashMap<String, usize>,
+    base: String,
+}
+
+impl Normalizer {
+    pub fn new(base: &str) -> Normalizer {
+        Normalizer {
+            hashes: HashMap::new(),
+            base: base.to_string(),
+        }
+    }
+
+    /// One step's record: `{req, status, headers, body}`.
+    pub fn record(&mut self, req_text: &str, resp: &Response, keep: &[String], ignore: &[String]) -> Value {
+        let mut headers = Map::new();
+        let mut names: Vec<&str> = COMPARED_HEADERS.to_vec();
+        names.extend(keep.iter().map(|s| s.as_str()));
+        for name in names {
+            if let Some(v) = resp.header(name) {
+                let v = match name {
+                    "x-couch-request-id" => "{present}".to_string(),
+                    "etag" => {
+                        let n = self.string(v);
+                        if n.contains("#h") { n } else { "{etag}".to_string() }
+                    }
+                    _ => self.string(v),
+                };
+                headers.insert(name.to_string(), Value::String(v));
+            }
+        }
+        let mut body = body_value(resp);
+        for p in ignore {
+            set_path(&mut body, p.strip_prefix("body.").unwrap_or(p), Value::String("{ignored}".into()));
+        }
+        let body = self.value(body, None);
+        let mut rec = Map::new();
+        rec.insert("req".into(), Value::String(req_text.to_string()));
+        rec.insert("status".into(), Value::from(resp.status));
+        rec.insert("headers".into(), Value::Object(headers));
+        rec.insert("body".into(), body);
+        Value::Object(rec)
+    }
+
+    fn value(&mut self, v: Value, key: Option<&str>) -> Value {
+        match v {
+            Value::String(s) => {
+                if let Some(k) = key {
+                    if SEQ_KEYS.contains(&k) {
+                        if let Some(n) = seq_number(&s) {
+                            return Value::String(format!("seq:{n}"));
+                        }
+                    }
+                }
+                Value::String(self.string(&s))
+            }
+            Value::Array(a) => Value::Array(a.into_iter().map(|x| self.value(x, None)).collect()),
+            Value::Object(m) => {
+                // Keys in sorted order, so numbering does not depend on the
+                // order a server writes its fields in.
+                let mut keys: Vec<String> = m.keys().cloned().collect();
+                keys.sort();
+                let mut m = m;
+                let mut out = Map::new();
+                for k in keys {
+                    let x = m.remove(&k).unwrap_or(Value::Null);
+                    let x = if VOLATILE_KEYS.contains(&k.as_str()) {
+                        Value::String("{volatile}".into())
+                    } else {
+                        self.value(x, Some(&k))
+                    };
+                    out.insert(self.string(&k), x);
+                }
+                Value::Object(out)
+            }
+            other => other,
+        }
+    }
+
+    /// Replaces 32-hex runs and the base URL inside any string.
+    pub fn string(&mut self, s: &str) -> String {
+        let s = if self.base.is_empty() { s.to_string() } else { s.replace(&self.base, "{base}") };
+        let b = s.as_bytes();
+        let mut out = String::with_capacity(s.len());
+        let mut i = 0;
+        let mut last = 0;
+        while i < b.len() {
+            if b[i].is_ascii_hexdigit() && (i == 0 || !b[i - 1].is_ascii_hexdigit()) {
+                let mut j = i;
+                while j < b.len() && b[j].is_ascii_hexdigit() {
+                    j += 1;
+                }
+                if j - i == 32 {
+                    out.push_str(&s[last..i]);
+                    let h = s[i..j].to_ascii_lowercase();
+                    let next = self.hashes.len() + 1;
+                    let n = *self.hashes.entry(h).or_insert(next);
+                    out.push_str(&format!("#h{n}"));
+                    last = j;
+                }
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+        out.push_str(&s[last..]);
+        out
+    }
+}
+
+fn seq_number(s: &str) -> Option<u64> {
+    let digits = s.split('-').next()?;
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    if digits.len() != s.len() && !s[digits.len()..].starts_with('-') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The body as a value: JSON if it parses, newline-separated JSON as
+/// `{"$lines": [...]}`, other text as `{"$text": "..."}`, empty as null.
+pub fn body_value(resp: &Response) -> Value {
+    if resp.body.is_empty() {
+        return Value::Null;
+    }
+    let text = String::from_utf8_lossy(&resp.body);
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return v;
+    }
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.len() > 1 {
+        let parsed: Option<Vec<Value>> = lines.iter().map(|l| serde_json::from_str(l).ok()).collect();
+        if let Some(p) = parsed {
+            return serde_json::json!({ "$lines": p });
+        }
+    }
+    serde_json::json!({ "$text": text })
+}
+
+/// Sets the value at a dotted path (array indices as numbers), if present.
+fn set_path(v: &mut Value, path: &str, new: Value) {
+    let mut cur = v;
+    let parts: Vec<&str> = path.split('.').collect();
+    for (i, p) in parts.iter().enumerate() {
+        let next = match cur {
+            Value::Object(m) => m.get_mut(*p),
+            Value::Array(a) => p.parse::<usize>().ok().and_then(|n| a.get_mut(n)),
+            _ => None,
+        };
+        let Some(n) = next else { return };
+        if i + 1 == parts.len() {
+            *n = new;
+            return;
+        }
+        cur = n;
+    }
+}
+
+/// The value at a dotted path (for `${N.path}` templates).
+pub fn get_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = v;
+    for p in path.split('.') {
+        cur = match cur {
+            Value::Object(m) => m.get(p)?,
+            Value::Array(a) => a.get(p.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(body: &str) -> Response {
+        Response {
+            status: 200,
+            headers: vec![("etag".into(), "\"1-0123456789abcdef0123456789abcdef\"".into())],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn hashes_numbered_by_first_appearance_and_kept_apart() {
+        let mut n = Normalizer::new("http://127.0.0.1:1");
+        let r = n.record(
+            "GET /",
+            &resp(r#"{"rev":"1-0123456789abcdef0123456789abcdef","other":"2-ffffffffffffffffffffffffffffffff","last_seq":"12-g1AAAA","update_seq":7}"#),
+            &[],
+            &[],
+        );
+        assert_eq!(r["headers"]["etag"], "\"1-#h1\"");
+        assert_eq!(r["body"]["rev"], "1-#h1");
+        assert_eq!(r["body"]["other"], "2-#h2");
+        assert_eq!(r["body"]["last_seq"], "seq:12");
+        assert_eq!(r["body"]["update_seq"], 7);
+    }
+
+    #[test]
+    fn base_url_and_ignored_paths() {
+        let mut n = Normalizer::new("http://127.0.0.1:1");
+        let r = n.record("GET /", &resp(r#"{"u":"http://127.0.0.1:1/db","t":5}"#), &[], &["body.t".into()]);
+        assert_eq!(r["body"]["u"], "{base}/db");
+        assert_eq!(r["body"]["t"], "{ignored}");
+    }
+
+    #[test]
+    fn text_and_json_lines() {
+        assert_eq!(body_value(&resp("a\nb")), serde_json::json!({"$text": "a\nb"}));
+        assert_eq!(body_value(&resp("{\"a\":1}\n{\"b\":2}\n")), serde_json::json!({"$lines": [{"a":1},{"b":2}]}));
+        assert_eq!(body_value(&resp("")), Value::Null);
+    }
+}
