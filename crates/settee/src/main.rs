@@ -21,6 +21,7 @@ use settee_http::config::Config;
 use settee_http::{AppState, ServeOptions};
 
 mod bench;
+mod stress;
 mod tools;
 
 /// mimalloc: the engine's writer and the HTTP layer allocate many small
@@ -50,6 +51,8 @@ enum Command {
     Serve(ServeArgs),
     /// Benchmark CouchDB-compatible servers side by side (the profiling suite).
     Bench(bench::BenchArgs),
+    /// Robustness: hostile requests and a many-client soak against a running server.
+    Stress(stress::StressArgs),
     #[command(flatten)]
     Tool(tools::ToolCommand),
 }
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Stress(args) => stress::run(args),
         Command::Tool(t) => tools::run(t),
         Command::Serve(args) => match serve(args) {
             Ok(()) => ExitCode::SUCCESS,
