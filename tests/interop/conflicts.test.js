@@ -189,9 +189,10 @@ describe('conflicts with new_edits:false', () => {
     assert.equal(doc._conflicts, undefined);
   });
 
-  test('new_edits:false without _rev is refused per document', async () => {
-    const res = await db.bulkDocs([{ _id: 'no-rev', x: 1 }], { new_edits: false });
-    assert.equal(res.length, 1);
-    assert.ok(res[0].error, JSON.stringify(res));
+  test('new_edits:false without _rev refuses the whole request (400, as CouchDB)', async () => {
+    await assert.rejects(
+      db.bulkDocs([{ _id: 'no-rev', x: 1 }], { new_edits: false }),
+      (e) => e.status === 400,
+    );
   });
 });

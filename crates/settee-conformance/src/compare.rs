@@ -34,7 +34,12 @@ pub fn scenario(golden: &[Value], actual: &[Value]) -> Vec<Diff> {
     for (i, (g, a)) in golden.iter().zip(actual).enumerate() {
         let n = i + 1;
         value(&format!("{n}:status"), &g["status"], &a["status"], &mut out);
-        value(&format!("{n}:header"), &g["headers"], &a["headers"], &mut out);
+        value(
+            &format!("{n}:header"),
+            &g["headers"],
+            &a["headers"],
+            &mut out,
+        );
         value(&format!("{n}:body"), &g["body"], &a["body"], &mut out);
     }
     out
@@ -110,14 +115,24 @@ pub struct Allowed {
 pub fn parse_allowed(text: &str) -> Result<Vec<Allowed>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let Some(rest) = line.strip_prefix("- `") else { continue };
-        let bad = || format!("DIFFERENCES.md:{}: expected - `SCENARIO` `PATH`: reason", i + 1);
+        let Some(rest) = line.strip_prefix("- `") else {
+            continue;
+        };
+        let bad = || {
+            format!(
+                "DIFFERENCES.md:{}: expected - `SCENARIO` `PATH`: reason",
+                i + 1
+            )
+        };
         let (sc, rest) = rest.split_once('`').ok_or_else(bad)?;
         let rest = rest.trim_start().strip_prefix('`').ok_or_else(bad)?;
         let (path, rest) = rest.split_once('`').ok_or_else(bad)?;
         let reason = rest.trim_start().strip_prefix(':').ok_or_else(bad)?.trim();
         if reason.is_empty() {
-            return Err(format!("DIFFERENCES.md:{}: an entry needs its reason", i + 1));
+            return Err(format!(
+                "DIFFERENCES.md:{}: an entry needs its reason",
+                i + 1
+            ));
         }
         out.push(Allowed {
             scenario: sc.to_string(),
@@ -166,7 +181,16 @@ mod tests {
         assert!(scenario(&g, &a).is_empty());
         let a = vec![json!({"status":201,"headers":{"x":"y"},"body":{"b":[2,1]}})];
         let d: Vec<String> = scenario(&g, &a).into_iter().map(|d| d.path).collect();
-        assert_eq!(d, vec!["1:status", "1:header.x", "1:body.a", "1:body.b.0", "1:body.b.1"]);
+        assert_eq!(
+            d,
+            vec![
+                "1:status",
+                "1:header.x",
+                "1:body.a",
+                "1:body.b.0",
+                "1:body.b.1"
+            ]
+        );
     }
 
     #[test]

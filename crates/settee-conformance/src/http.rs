@@ -106,7 +106,12 @@ fn read_response(s: &mut TcpStream, head_only: bool) -> Result<Response, String>
                     continue;
                 }
                 let rest = buf.split_off(n);
-                let body = read_body(s, &headers, rest, head_only || status == 204 || status == 304)?;
+                let body = read_body(
+                    s,
+                    &headers,
+                    rest,
+                    head_only || status == 204 || status == 304,
+                )?;
                 let body = decode(&headers, body)?;
                 return Ok(Response {
                     status,
@@ -141,7 +146,8 @@ fn read_body(
     if none {
         return Ok(Vec::new());
     }
-    let chunked = header(headers, "transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let chunked = header(headers, "transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     let mut tmp = [0u8; 16384];
     if chunked {
         let mut out = Vec::new();

@@ -55,7 +55,12 @@ fn read_golden(dir: &Path, area: &str) -> Result<Map<String, Value>, String> {
 /// Runs the scenarios against the reference server and writes their goldens
 /// (other scenarios' goldens in the same files are kept; goldens of
 /// scenarios that no longer exist are dropped). Returns what failed to run.
-pub fn record(dir: &Path, t: &Target, only: Option<&str>, log: &mut dyn FnMut(&str)) -> Result<Vec<String>, String> {
+pub fn record(
+    dir: &Path,
+    t: &Target,
+    only: Option<&str>,
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<String>, String> {
     let all = load(dir, None)?;
     let mut by_area: BTreeMap<String, Vec<&Scenario>> = BTreeMap::new();
     for s in &all {
@@ -66,7 +71,10 @@ pub fn record(dir: &Path, t: &Target, only: Option<&str>, log: &mut dyn FnMut(&s
     for (area, scs) in by_area {
         // Files with nothing selected are left alone (recordings of other
         // areas may run at the same time).
-        if !scs.iter().any(|s| only.is_none_or(|g| compare::glob(g, &s.id))) {
+        if !scs
+            .iter()
+            .any(|s| only.is_none_or(|g| compare::glob(g, &s.id)))
+        {
             continue;
         }
         let old = read_golden(dir, &area)?;
@@ -126,7 +134,11 @@ impl fmt::Display for Report {
         for (id, title, diffs) in &self.failures {
             writeln!(f, "DIFFERS {id} ({title}):")?;
             for d in diffs {
-                writeln!(f, "    {}: CouchDB {} / here {}", d.path, d.expected, d.actual)?;
+                writeln!(
+                    f,
+                    "    {}: CouchDB {} / here {}",
+                    d.path, d.expected, d.actual
+                )?;
             }
         }
         for e in &self.errors {
@@ -166,11 +178,15 @@ pub fn check(dir: &Path, t: &Target, only: Option<&str>) -> Result<Report, Strin
             goldens.insert(s.area.clone(), read_golden(dir, &s.area)?);
         }
         let Some(g) = goldens[&s.area].get(&s.id) else {
-            rep.errors.push(format!("{}: no golden (record it against CouchDB)", s.id));
+            rep.errors
+                .push(format!("{}: no golden (record it against CouchDB)", s.id));
             continue;
         };
         if g["hash"].as_str() != Some(s.hash.as_str()) {
-            rep.errors.push(format!("{}: the golden was recorded from other scenario text (re-record it)", s.id));
+            rep.errors.push(format!(
+                "{}: the golden was recorded from other scenario text (re-record it)",
+                s.id
+            ));
             continue;
         }
         let actual = match run::run(t, s) {

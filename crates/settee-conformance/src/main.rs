@@ -44,7 +44,8 @@ fn main() -> ExitCode {
     };
     match args[0].as_str() {
         "record" => {
-            if let Err(e) = t.admin_request("PUT", "/_node/_local/_config/cluster/q", Some("\"1\"")) {
+            if let Err(e) = t.admin_request("PUT", "/_node/_local/_config/cluster/q", Some("\"1\""))
+            {
                 eprintln!("setting [cluster] q=1: {e}");
                 return ExitCode::FAILURE;
             }

@@ -32,7 +32,14 @@ pub const COMPARED_HEADERS: &[&str] = &[
     "x-couch-id",
 ];
 
-const SEQ_KEYS: &[&str] = &["seq", "last_seq", "update_seq", "purge_seq", "committed_update_seq", "since"];
+const SEQ_KEYS: &[&str] = &[
+    "seq",
+    "last_seq",
+    "update_seq",
+    "purge_seq",
+    "committed_update_seq",
+    "since",
+];
 const VOLATILE_KEYS: &[&str] = &["instance_start_time", "sizes"];
 
 /// Per-scenario state: the placeholder numbering of hashes, the base URL.
@@ -51,7 +58,13 @@ impl Normalizer {
     }
 
     /// One step's record: `{req, status, headers, body}`.
-    pub fn record(&mut self, req_text: &str, resp: &Response, keep: &[String], ignore: &[String]) -> Value {
+    pub fn record(
+        &mut self,
+        req_text: &str,
+        resp: &Response,
+        keep: &[String],
+        ignore: &[String],
+    ) -> Value {
         let mut headers = Map::new();
         let mut names: Vec<&str> = COMPARED_HEADERS.to_vec();
         names.extend(keep.iter().map(|s| s.as_str()));
@@ -61,7 +74,11 @@ impl Normalizer {
                     "x-couch-request-id" => "{present}".to_string(),
                     "etag" => {
                         let n = self.string(v);
-                        if n.contains("#h") { n } else { "{etag}".to_string() }
+                        if n.contains("#h") {
+                            n
+                        } else {
+                            "{etag}".to_string()
+                        }
                     }
                     _ => self.string(v),
                 };
@@ -70,7 +87,11 @@ impl Normalizer {
         }
         let mut body = body_value(resp);
         for p in ignore {
-            set_path(&mut body, p.strip_prefix("body.").unwrap_or(p), Value::String("{ignored}".into()));
+            set_path(
+                &mut body,
+                p.strip_prefix("body.").unwrap_or(p),
+                Value::String("{ignored}".into()),
+            );
         }
         let body = self.value(body, None);
         let mut rec = Map::new();
@@ -118,7 +139,11 @@ impl Normalizer {
 
     /// Replaces 32-hex runs and the base URL inside any string.
     pub fn string(&mut self, s: &str) -> String {
-        let s = if self.base.is_empty() { s.to_string() } else { s.replace(&self.base, "{base}") };
+        let s = if self.base.is_empty() {
+            s.to_string()
+        } else {
+            s.replace(&self.base, "{base}")
+        };
         let b = s.as_bytes();
         let mut out = String::with_capacity(s.len());
         let mut i = 0;
@@ -170,7 +195,8 @@ pub fn body_value(resp: &Response) -> Value {
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.len() > 1 {
-        let parsed: Option<Vec<Value>> = lines.iter().map(|l| serde_json::from_str(l).ok()).collect();
+        let parsed: Option<Vec<Value>> =
+            lines.iter().map(|l| serde_json::from_str(l).ok()).collect();
         if let Some(p) = parsed {
             return serde_json::json!({ "$lines": p });
         }
@@ -217,7 +243,10 @@ mod tests {
     fn resp(body: &str) -> Response {
         Response {
             status: 200,
-            headers: vec![("etag".into(), "\"1-0123456789abcdef0123456789abcdef\"".into())],
+            headers: vec![(
+                "etag".into(),
+                "\"1-0123456789abcdef0123456789abcdef\"".into(),
+            )],
             body: body.as_bytes().to_vec(),
         }
     }
@@ -241,15 +270,26 @@ mod tests {
     #[test]
     fn base_url_and_ignored_paths() {
         let mut n = Normalizer::new("http://127.0.0.1:1");
-        let r = n.record("GET /", &resp(r#"{"u":"http://127.0.0.1:1/db","t":5}"#), &[], &["body.t".into()]);
+        let r = n.record(
+            "GET /",
+            &resp(r#"{"u":"http://127.0.0.1:1/db","t":5}"#),
+            &[],
+            &["body.t".into()],
+        );
         assert_eq!(r["body"]["u"], "{base}/db");
         assert_eq!(r["body"]["t"], "{ignored}");
     }
 
     #[test]
     fn text_and_json_lines() {
-        assert_eq!(body_value(&resp("a\nb")), serde_json::json!({"$text": "a\nb"}));
-        assert_eq!(body_value(&resp("{\"a\":1}\n{\"b\":2}\n")), serde_json::json!({"$lines": [{"a":1},{"b":2}]}));
+        assert_eq!(
+            body_value(&resp("a\nb")),
+            serde_json::json!({"$text": "a\nb"})
+        );
+        assert_eq!(
+            body_value(&resp("{\"a\":1}\n{\"b\":2}\n")),
+            serde_json::json!({"$lines": [{"a":1},{"b":2}]})
+        );
         assert_eq!(body_value(&resp("")), Value::Null);
     }
 }

@@ -32,10 +32,12 @@ impl Target {
             .strip_prefix("http://")
             .ok_or_else(|| format!("only http:// URLs: {url}"))?;
         let rest = rest.trim_end_matches('/');
-        let (creds, addr) = rest
-            .rsplit_once('@')
-            .ok_or_else(|| format!("the URL needs admin credentials (http://user:pass@host:port): {url}"))?;
-        let (u, p) = creds.split_once(':').ok_or("credentials must be user:pass")?;
+        let (creds, addr) = rest.rsplit_once('@').ok_or_else(|| {
+            format!("the URL needs admin credentials (http://user:pass@host:port): {url}")
+        })?;
+        let (u, p) = creds
+            .split_once(':')
+            .ok_or("credentials must be user:pass")?;
         Ok(Target {
             addr: addr.to_string(),
             admin: (u.to_string(), p.to_string()),
@@ -47,10 +49,18 @@ impl Target {
     }
 
     /// A plain admin request (set-up and clean-up).
-    pub fn admin_request(&self, method: &str, path: &str, body: Option<&str>) -> Result<Response, String> {
+    pub fn admin_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<Response, String> {
         let mut headers = vec![
             ("Accept".to_string(), "application/json".to_string()),
-            ("Authorization".to_string(), basic(&format!("{}:{}", self.admin.0, self.admin.1))),
+            (
+                "Authorization".to_string(),
+                basic(&format!("{}:{}", self.admin.0, self.admin.1)),
+            ),
         ];
         if body.is_some() {
             headers.push(("Content-Type".into(), "application/json".into()));
@@ -70,14 +80,21 @@ impl Target {
 }
 
 fn basic(creds: &str) -> String {
-    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(creds))
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(creds)
+    )
 }
 
 /// The database name of a scenario.
 pub fn db_name(sc: &Scenario) -> String {
     let mut s = String::from("conf_");
     for c in sc.id.chars() {
-        s.push(if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' });
+        s.push(if c.is_ascii_alphanumeric() {
+            c.to_ascii_lowercase()
+        } else {
+            '_'
+        });
     }
     s
 }
@@ -89,7 +106,11 @@ pub fn run(t: &Target, sc: &Scenario) -> Result<Vec<Value>, String> {
     if !sc.nodb {
         let r = t.admin_request("PUT", &format!("/{db}"), None)?;
         if r.status != 201 {
-            return Err(format!("creating {db}: {} {}", r.status, String::from_utf8_lossy(&r.body)));
+            return Err(format!(
+                "creating {db}: {} {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            ));
         }
     }
     let result = run_steps(t, sc, &db);
@@ -106,7 +127,8 @@ fn run_steps(t: &Target, sc: &Scenario, db: &str) -> Result<Vec<Value>, String> 
             std::thread::sleep(Duration::from_millis(step.sleep_ms));
         }
         let req = build(t, step, db, &raw).map_err(|e| format!("step {}: {e}", i + 1))?;
-        let resp = http::send(&t.addr, &req, Duration::from_secs(60)).map_err(|e| format!("step {} ({}): {e}", i + 1, step.text))?;
+        let resp = http::send(&t.addr, &req, Duration::from_secs(60))
+            .map_err(|e| format!("step {} ({}): {e}", i + 1, step.text))?;
         out.push(norm.record(&step.text, &resp, &step.keep_headers, &step.ignore));
         raw.push(resp);
     }
@@ -120,7 +142,10 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
         headers.push(("Accept".into(), "application/json".into()));
     }
     match &step.auth {
-        Auth::Admin => headers.push(("Authorization".into(), basic(&format!("{}:{}", t.admin.0, t.admin.1)))),
+        Auth::Admin => headers.push((
+            "Authorization".into(),
+            basic(&format!("{}:{}", t.admin.0, t.admin.1)),
+        )),
         Auth::None => {}
         Auth::Basic(c) => headers.push(("Authorization".into(), basic(c))),
     }
@@ -128,7 +153,13 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
         Some(b) => Some(subst(b, db, prev)?.into_bytes()),
         None => None,
     };
-    if body.is_some() && step.content_type && !step.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+    if body.is_some()
+        && step.content_type
+        && !step
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
         headers.push(("Content-Type".into(), "application/json".into()));
     }
     for (k, v) in &step.headers {
@@ -159,7 +190,9 @@ fn subst(s: &str, db: &str, prev: &[Response]) -> Result<String, String> {
     while let Some(i) = rest.find("${") {
         out.push_str(&rest[..i]);
         let after = &rest[i + 2..];
-        let end = after.find('}').ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
         let expr = &after[..end];
         let (expr, url) = match expr.strip_suffix("|url") {
             Some(e) => (e, true),
@@ -168,13 +201,19 @@ fn subst(s: &str, db: &str, prev: &[Response]) -> Result<String, String> {
         let v = if expr == "db" {
             db.to_string()
         } else {
-            let (n, path) = expr.split_once('.').ok_or_else(|| format!("bad template ${{{expr}}}"))?;
-            let n: usize = n.parse().map_err(|_| format!("bad step number in ${{{expr}}}"))?;
+            let (n, path) = expr
+                .split_once('.')
+                .ok_or_else(|| format!("bad template ${{{expr}}}"))?;
+            let n: usize = n
+                .parse()
+                .map_err(|_| format!("bad step number in ${{{expr}}}"))?;
             let r = prev
                 .get(n.wrapping_sub(1))
                 .ok_or_else(|| format!("${{{expr}}} names a step not yet run"))?;
             if let Some(h) = path.strip_prefix("h.") {
-                r.header(h).ok_or_else(|| format!("${{{expr}}}: no header {h}"))?.to_string()
+                r.header(h)
+                    .ok_or_else(|| format!("${{{expr}}}: no header {h}"))?
+                    .to_string()
             } else {
                 let body = body_value(r);
                 match get_path(&body, path) {

@@ -102,7 +102,11 @@ pub fn parse(area: &str, file: &str, text: &str) -> Result<Vec<Scenario>, ParseE
                 Some((id, title)) => (id, title.trim()),
                 None => (rest, ""),
             };
-            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
                 return Err(err(n, format!("bad scenario id {id:?}")));
             }
             out.push(Scenario {
@@ -135,7 +139,10 @@ pub fn parse(area: &str, file: &str, text: &str) -> Result<Vec<Scenario>, ParseE
         }
         let (method, rest) = trimmed.split_once(' ').unwrap_or((trimmed, ""));
         if !METHODS.contains(&method) {
-            return Err(err(n, format!("expected METHOD PATH [BODY], got {trimmed:?}")));
+            return Err(err(
+                n,
+                format!("expected METHOD PATH [BODY], got {trimmed:?}"),
+            ));
         }
         let (path, body) = match rest.split_once(' ') {
             Some((p, b)) => (p, Some(b.to_string())),
@@ -186,7 +193,8 @@ fn modifier(step: &mut Step, m: &str) -> Result<(), String> {
             let (k, v) = arg
                 .split_once(':')
                 .ok_or_else(|| format!("header needs `Name: value`, got {arg:?}"))?;
-            step.headers.push((k.trim().to_string(), v.trim().to_string()));
+            step.headers
+                .push((k.trim().to_string(), v.trim().to_string()));
         }
         "raw" => {
             let s: String = serde_json::from_str(arg)
@@ -226,7 +234,11 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, ParseError> {
     files.sort();
     let mut all: Vec<Scenario> = Vec::new();
     for f in files {
-        let area = f.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
+        let area = f
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
         let text = std::fs::read_to_string(&f).map_err(|e| ParseError {
             file: f.display().to_string(),
             line: 0,
@@ -258,7 +270,10 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].title, "Title here");
         assert_eq!(s[0].steps[0].body.as_deref(), Some("{\"a\": 1}"));
-        assert_eq!(s[0].steps[0].headers, vec![("If-Match".into(), "1-x".into())]);
+        assert_eq!(
+            s[0].steps[0].headers,
+            vec![("If-Match".into(), "1-x".into())]
+        );
         assert_eq!(s[0].steps[0].auth, Auth::None);
         assert_eq!(s[0].steps[1].path, "/${db}/x?rev=${1.rev}");
         assert!(s[1].nodb);

@@ -1,10 +1,18 @@
 //! Documents as the engine sees them: an id, the revision being edited,
 //! a deleted flag, an optional `_revisions` history, and a body.
 //!
-//! Invariant: a [`Body`] is always the text of a JSON object with no
-//! top-level member starting with `_`; the special members are lifted into
-//! [`Doc`] fields by [`Doc::from_json`] (and put back by whoever renders the
-//! document). A body's bytes are what the revision hash covers.
+//! Invariants:
+//! - A [`Body`] is always the text of a JSON object with no top-level
+//!   member starting with `_`; the special members are lifted into [`Doc`]
+//!   fields by [`Doc::from_json`] (and put back by whoever renders the
+//!   document). A body's bytes are what the revision hash covers.
+//! - The special members are checked as CouchDB's `couch_doc` checks them:
+//!   a non-string `_id` is an illegal id, a `_deleted` that is not a
+//!   boolean (or an `_attachments` that is not an object) is a bad special
+//!   member, and a `_revisions` names the revision (its first entry),
+//!   whatever `_rev` says.
+//! - `_local` documents have no revision tree: [`next_local_rev`] is their
+//!   whole revision rule (any `0-N` or none is accepted, no conflict).
 
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -101,6 +109,9 @@ pub enum DocError {
     /// 400 illegal_docid.
     #[error("{0}")]
     IllegalId(#[from] NameError),
+    /// 400 invalid_design_doc (see [`crate::design`]).
+    #[error("{0}")]
+    InvalidDesignDoc(String),
 }
 
 impl From<RevParseError> for DocError {
@@ -177,7 +188,7 @@ impl Specials {
     ) -> Result<Specials, DocError> {
         let id = match id {
             Some(Value::String(s)) => s,
-            Some(_) => return Err(DocError::BadRequest("Document id must be a string".into())),
+            Some(_) => return Err(DocError::IllegalId(NameError::NotString)),
             None => fallback_id(),
         };
         validate_doc_id(&id)?;
@@ -198,35 +209,33 @@ impl Specials {
         let deleted = match map.shift_remove("_deleted") {
             Some(Value::Bool(b)) => b,
             Some(Value::Null) | None => false,
-            Some(_) => return Err(DocError::BadRequest("_deleted must be a boolean".into())),
+            Some(_) => return Err(bad_special("_deleted")),
         };
         let revisions = match map.shift_remove("_revisions") {
             Some(v) => Some(parse_revisions(&v)?),
             None => None,
         };
-        if let (Some(revs), Some(rev)) = (&revisions, &rev) {
-            if revs.first() != Some(rev) {
-                return Err(DocError::BadRequest(
-                    "_rev does not match _revisions".into(),
-                ));
-            }
-        }
+        // Like CouchDB: the history, when given, names the revision (and
+        // a `_rev` beside it is not looked at again).
+        let rev = match &revisions {
+            Some(revs) => revs.first().cloned(),
+            None => rev,
+        };
         match map.shift_remove("_attachments") {
             None | Some(Value::Null) => {}
             Some(Value::Object(atts)) if atts.is_empty() => {}
-            Some(_) => {
+            Some(Value::Object(_)) => {
                 return Err(DocError::BadRequest(
                     "Attachments are not supported yet".into(),
                 ))
             }
+            Some(_) => return Err(bad_special("_attachments")),
         }
         for k in IGNORED_SPECIALS {
             map.shift_remove(*k);
         }
         if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
-            return Err(DocError::Validation(format!(
-                "Bad special document member: {k}"
-            )));
+            return Err(bad_special(k));
         }
         Ok(Specials {
             id,
@@ -253,6 +262,47 @@ impl Body {
     pub(crate) fn from_built(text: String) -> Body {
         Body(text)
     }
+}
+
+/// A revision as CouchDB's `couch_doc:parse_rev` reads any, `_local` ones
+/// included: `<integer>-<anything>`; else 400 "Invalid rev format".
+pub fn rev_parts(rev: &str) -> Result<(u64, &str), DocError> {
+    let invalid = || DocError::BadRequest("Invalid rev format".into());
+    let (pos, id) = rev.split_once('-').ok_or_else(invalid)?;
+    if !pos.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    Ok((pos.parse().map_err(|_| invalid())?, id))
+}
+
+/// CouchDB's refusal of a special member it does not accept as given.
+fn bad_special(name: &str) -> DocError {
+    DocError::Validation(format!("Bad special document member: {name}"))
+}
+
+/// The revision number a write of a `_local` document gets, given the
+/// `_rev` it was sent with (`0-N` then), as CouchDB 3 does it: no
+/// revision check at all. A deletion is always `0-0` (whatever revision
+/// it names); otherwise `0-N` gives `N+1` and no revision gives 1.
+///
+/// A `_rev` that is not `<integer>-<anything>` is CouchDB's 400 "Invalid
+/// rev format". One whose position is not 0 or whose id is not a number
+/// (`1-abc`, `0-x`) makes CouchDB itself fail with a 500 ("Invalid rev
+/// format"); here it is the same clean 400.
+pub fn next_local_rev(rev: Option<&str>, deleted: bool) -> Result<u64, DocError> {
+    let invalid = || DocError::BadRequest("Invalid rev format".into());
+    let Some(rev) = rev else {
+        return Ok(if deleted { 0 } else { 1 });
+    };
+    let (pos, id) = rev_parts(rev)?;
+    if deleted {
+        return Ok(0);
+    }
+    if pos != 0 || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    let n: u64 = id.parse().map_err(|_| invalid())?;
+    n.checked_add(1).ok_or_else(invalid)
 }
 
 /// Parses `{"start": N, "ids": [hash, ...]}` into revisions, newest first.
@@ -328,7 +378,6 @@ mod tests {
             json!({"_id": "a", "_foo": 1}),
             json!({"_id": "a", "_deleted": "yes"}),
             json!({"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}}),
-            json!({"_id": "a", "_rev": "2-x", "_revisions": {"start": 2, "ids": ["y"]}}),
             json!({"_id": "a", "_attachments": {"f": {"data": ""}}}),
         ];
         for c in cases {
@@ -338,6 +387,73 @@ mod tests {
             Doc::from_json(json!({"_id":"a","_foo":1}), no_id),
             Err(DocError::Validation(m)) if m == "Bad special document member: _foo"
         ));
+    }
+
+    #[test]
+    fn special_member_errors_are_couchdbs() {
+        let err = |v: Value| Doc::from_json(v, no_id).unwrap_err();
+        assert_eq!(
+            err(json!({"_id": 1})),
+            DocError::IllegalId(NameError::NotString)
+        );
+        assert_eq!(
+            err(json!({"_id": null})),
+            DocError::IllegalId(NameError::NotString)
+        );
+        assert_eq!(
+            err(json!({"_id": "a", "_deleted": "yes"})),
+            DocError::Validation("Bad special document member: _deleted".into())
+        );
+        assert_eq!(
+            err(json!({"_id": "a", "_attachments": "x"})),
+            DocError::Validation("Bad special document member: _attachments".into())
+        );
+    }
+
+    #[test]
+    fn revisions_name_the_revision() {
+        let d = Doc::from_json(
+            json!({"_id": "a", "_revisions": {"start": 2, "ids": ["x", "y"]}}),
+            no_id,
+        )
+        .unwrap();
+        assert_eq!(d.rev, Some(Rev::new(2, "x")));
+        // Over a `_rev` that disagrees, as CouchDB's couch_doc.
+        let d = Doc::from_json(
+            json!({"_id": "a", "_rev": "2-z", "_revisions": {"start": 3, "ids": ["x", "y"]}}),
+            no_id,
+        )
+        .unwrap();
+        assert_eq!(d.rev, Some(Rev::new(3, "x")));
+        assert_eq!(d.revisions.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn local_revisions_count_from_the_given_one() {
+        assert_eq!(next_local_rev(None, false), Ok(1));
+        assert_eq!(next_local_rev(Some("0-0"), false), Ok(1));
+        assert_eq!(next_local_rev(Some("0-1"), false), Ok(2));
+        assert_eq!(next_local_rev(Some("0-7"), false), Ok(8));
+        // A deletion is 0-0 whatever it names, as long as it is a rev.
+        assert_eq!(next_local_rev(None, true), Ok(0));
+        assert_eq!(next_local_rev(Some("0-5"), true), Ok(0));
+        assert_eq!(next_local_rev(Some("3-abc"), true), Ok(0));
+        let invalid = Err(DocError::BadRequest("Invalid rev format".into()));
+        for bad in [
+            "abc", "", "-1", "x-1", "1-aaaa", "0-x", "0-", "0-+1", "0--1",
+        ] {
+            assert_eq!(next_local_rev(Some(bad), false), invalid, "{bad}");
+        }
+        for bad in ["abc", "x-1", "-1"] {
+            assert_eq!(next_local_rev(Some(bad), true), invalid, "{bad}");
+        }
+        assert_eq!(
+            next_local_rev(Some(&format!("0-{}", u64::MAX)), false),
+            invalid
+        );
+        assert_eq!(rev_parts("0-1"), Ok((0, "1")));
+        assert_eq!(rev_parts("12-ab-c"), Ok((12, "ab-c")));
+        assert_eq!(rev_parts("+1-a"), invalid.map(|_| (0, "")));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! in the crates above it.
 
 pub mod collate;
+pub mod design;
 pub mod doc;
 pub mod doc_text;
 pub mod name;

@@ -23,12 +23,17 @@ pub const LOCAL_PREFIX: &str = "_local/";
 pub enum NameError {
     #[error("Name: '{0}'. Only lowercase characters (a-z), digits (0-9), and any of the characters _, $, (, ), +, -, and / are allowed. Must begin with a letter.")]
     IllegalDbName(String),
+    #[error("At least one path segment of `{0}` is too long.")]
+    DbNameTooLong(String),
     #[error("Document id must not be empty")]
     EmptyDocId,
     #[error("Only reserved document ids may start with underscore.")]
     ReservedDocId,
     #[error("Document id is too long (limit {DOC_ID_BYTES_MAX} bytes)")]
     DocIdTooLong,
+    /// An `_id` member that is not a JSON string.
+    #[error("Document id must be a string")]
+    NotString,
 }
 
 /// Checks a database name against `^[a-z][a-z0-9_$()+/-]*$` (or a system db).
@@ -37,7 +42,10 @@ pub fn validate_db_name(name: &str) -> Result<(), NameError> {
         return Ok(());
     }
     let bad = || NameError::IllegalDbName(name.to_string());
-    if name.is_empty() || name.len() > DB_NAME_BYTES_MAX {
+    if name.len() > DB_NAME_BYTES_MAX {
+        return Err(NameError::DbNameTooLong(name.to_string()));
+    }
+    if name.is_empty() {
         return Err(bad());
     }
     let mut bytes = name.bytes();

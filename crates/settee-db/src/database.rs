@@ -547,7 +547,11 @@ impl Database {
         (req, rx)
     }
 
-    /// Writes (`body` Some) or deletes a `_local` document; returns its new rev.
+    /// Writes (`body` Some) or deletes a `_local` document; returns its new
+    /// rev. As in CouchDB 3 there is no revision check: `rev` (`0-N`, or
+    /// None) only numbers the new revision, `0-(N+1)`; a delete answers
+    /// `0-0`, whether the document existed or not. A malformed `rev` is
+    /// refused (`DocFailure::Bad`, "Invalid rev format").
     pub fn put_local(
         &self,
         id: &str,
@@ -618,6 +622,34 @@ impl Database {
         self.shared.state.lock().revs_limit
     }
 
+    fn purged_infos_limit_request(limit: u64) -> Result<(Request, Pending<()>)> {
+        if limit == 0 {
+            return Err(Error::BadRequest(
+                "purged_infos_limit must be a positive integer".into(),
+            ));
+        }
+        let (tx, rx) = oneshot::channel();
+        Ok((Request::SetPurgedInfosLimit(limit, tx), rx))
+    }
+
+    /// Sets how many purge requests the purge history keeps (the newest;
+    /// CouchDB's `_purged_infos_limit`, 1000 by default).
+    pub fn set_purged_infos_limit(&self, limit: u64) -> Result<()> {
+        let (req, rx) = Self::purged_infos_limit_request(limit)?;
+        self.send(req)?;
+        recv(rx)
+    }
+
+    pub async fn set_purged_infos_limit_async(&self, limit: u64) -> Result<()> {
+        let (req, rx) = Self::purged_infos_limit_request(limit)?;
+        self.send_async(req).await?;
+        recv_async(rx).await
+    }
+
+    pub fn purged_infos_limit(&self) -> u64 {
+        self.shared.state.lock().purged_infos_limit
+    }
+
     /// Removes revisions entirely (CouchDB `_purge`).
     pub fn purge(&self, reqs: Vec<(String, Vec<Rev>)>) -> Result<PurgeOutcome> {
         let (tx, rx) = oneshot::channel();
@@ -657,6 +689,12 @@ impl Database {
             instance_start_time: self.shared.meta.created_us.to_string(),
             revs_limit: s.revs_limit,
         })
+    }
+
+    /// When the database was created (microseconds since the epoch): it
+    /// tells a database from an earlier one of the same name.
+    pub fn created_us(&self) -> u64 {
+        self.shared.meta.created_us
     }
 
     /// The latest committed update sequence.

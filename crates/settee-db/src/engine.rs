@@ -155,7 +155,7 @@ impl Engine {
             .poison
             .guard(self.inner.store.get(Keyspace::Meta, &keys::state(meta.id)))?
         {
-            Some(b) => decode(&b, "database state")?,
+            Some(b) => DbState::decode(&b)?,
             None => {
                 return Err(Error::Corrupt(format!(
                     "database {name} has no state record"
@@ -210,6 +210,8 @@ impl Engine {
         let mut batch = Batch::new();
         batch.delete(Keyspace::Meta, keys::catalog(name));
         batch.delete(Keyspace::Meta, keys::state(meta.id));
+        let (count_lo, count_hi) = keys::seq_count_range(meta.id);
+        batch.delete_range(Keyspace::Meta, count_lo, count_hi);
         for ks in [
             Keyspace::Docs,
             Keyspace::Seqs,

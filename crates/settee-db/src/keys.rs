@@ -3,7 +3,9 @@
 //! per keyspace (dropped with one DeleteRange) and ids are never reused.
 //!
 //! Invariants: by-id keys sort by the raw bytes of the document id (the
-//! `_all_docs` order); by-seq keys sort by sequence number.
+//! `_all_docs` order); by-seq keys sort by sequence number. The Meta
+//! keyspace also holds, per database, the catalog entry, the counters and
+//! the by-seq counts per bucket of sequences.
 
 use settee_core::rev::Rev;
 
@@ -13,6 +15,11 @@ pub type DbId = u64;
 pub const META_NEXT_DB_ID: &[u8] = b"next_db_id";
 pub const META_DB_PREFIX: &[u8] = b"db:";
 pub const META_STATE_PREFIX: &[u8] = b"state:";
+pub const META_SEQ_COUNT_PREFIX: &[u8] = b"seqcount:";
+
+/// Sequences per by-seq count bucket: bucket `b` holds `[b * SEQ_BUCKET,
+/// (b + 1) * SEQ_BUCKET)`.
+pub const SEQ_BUCKET: u64 = 4096;
 
 /// Catalog key of a database name.
 pub fn catalog(name: &str) -> Vec<u8> {
@@ -22,6 +29,34 @@ pub fn catalog(name: &str) -> Vec<u8> {
 /// Meta key of a database's counters.
 pub fn state(db: DbId) -> Vec<u8> {
     [META_STATE_PREFIX, &db.to_be_bytes()].concat()
+}
+
+/// Meta key of the number of by-seq entries of `db` in bucket `bucket`
+/// (see [`SEQ_BUCKET`]; the highest bucket's count is in the state record
+/// instead, see `crate::writer`): the counts let the number of changes
+/// after a sequence be found without visiting every one (`pending`).
+pub fn seq_count(db: DbId, bucket: u64) -> Vec<u8> {
+    [
+        META_SEQ_COUNT_PREFIX,
+        &db.to_be_bytes(),
+        &bucket.to_be_bytes(),
+    ]
+    .concat()
+}
+
+/// `[start, end)` of the Meta keys holding `db`'s by-seq counts.
+pub fn seq_count_range(db: DbId) -> (Vec<u8>, Vec<u8>) {
+    (
+        [META_SEQ_COUNT_PREFIX, &db.to_be_bytes()].concat(),
+        [META_SEQ_COUNT_PREFIX, &(db + 1).to_be_bytes()].concat(),
+    )
+}
+
+/// The bucket of a [`seq_count`] key.
+pub fn seq_count_bucket(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&key[key.len() - 8..]);
+    u64::from_be_bytes(b)
 }
 
 /// `[start, end)` covering all keys of `db` in any keyspace.
@@ -93,6 +128,10 @@ mod tests {
         for k in [doc(7, "x"), seq(7, 1), body(7, "x", &Rev::new(1, "h"))] {
             assert!(lo <= k && k < hi);
         }
+        let (lo, hi) = seq_count_range(7);
+        assert!(lo <= seq_count(7, 0) && seq_count(7, u64::MAX) < hi);
+        assert!(seq_count(7, 1) < seq_count(7, 256) && seq_count(6, u64::MAX) < lo);
+        assert_eq!(seq_count_bucket(&seq_count(7, 300)), 300);
         // The length prefix keeps one id's bodies apart from a longer id's.
         assert!(
             !body(1, "a", &Rev::new(1, "h")).starts_with(&body(1, "ab", &Rev::new(1, "h"))[..12])

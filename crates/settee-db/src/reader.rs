@@ -1,10 +1,25 @@
-//! Snapshot reads: documents, revisions, changes, all-docs, local docs.
+//! Snapshot reads: documents, revisions, changes, all-docs, local docs,
+//! the purge history, and the counts CouchDB reports beside them.
 //!
 //! Invariant: a [`Reader`] reads one storage snapshot, so everything it
 //! returns reflects whole group commits only — never half a batch — and it
 //! never blocks (nor is blocked by) the writer. The one exception is
 //! `Database::latest_reader`, for a single read (a document's winning
 //! revision): one read of one record cannot see half a batch either.
+//!
+//! Counts and their cost:
+//! - [`Reader::count_changes_after`] (the changes feed's `pending`) reads
+//!   at most one bucket of by-seq rows ([`keys::SEQ_BUCKET`]) plus one
+//!   count per later bucket (see `crate::writer`), whatever the number of
+//!   changes; a database whose counts are not built yet is counted row by
+//!   row.
+//! - [`Reader::live_before`] (`_all_docs`' `offset` with a start key) has
+//!   no index to use: it counts live documents on the smaller side of the
+//!   start key (scanning both sides by turns, in growing steps, and
+//!   stopping when one is done; the other side is the database's
+//!   `doc_count` minus it), so it costs at most about twice the smaller
+//!   side. Past [`OFFSET_SCAN_MAX`] documents on each side it gives up
+//!   (`None`).
 
 use std::sync::Arc;
 
@@ -16,7 +31,17 @@ use settee_store::{Keyspace, Snapshot};
 use crate::error::{Error, Result};
 use crate::keys::{self, DbId};
 use crate::poison::Poison;
-use crate::records::{decode, DocRecord, LocalRecord, SeqRecord};
+use crate::records::{
+    decode, DbState, DocRecord, DocRecordHead, LocalRecord, PurgeRecord, SeqRecord,
+};
+
+/// Most documents [`Reader::live_before`] counts on each side of its key
+/// before it gives up.
+pub const OFFSET_SCAN_MAX: u64 = 1 << 20;
+
+/// Documents the first scan of each side of [`Reader::live_before`]
+/// examines; every later scan examines twice as many as the one before.
+const OFFSET_SCAN_FIRST: u64 = 1024;
 
 /// A document revision as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -462,6 +487,14 @@ fn local_doc(id: &str, v: &[u8]) -> Result<LocalDoc> {
     })
 }
 
+/// A tree's leaves as the changes feed lists them: winner first.
+fn leaves_of(tree: &RevTree) -> Vec<(Rev, bool)> {
+    tree.leaves()
+        .into_iter()
+        .map(|l| (l.rev, l.deleted))
+        .collect()
+}
+
 fn path_revs(tree: &RevTree, rev: &Rev) -> Vec<Rev> {
     tree.path(rev)
         .map(|p| p.into_iter().map(|n| n.rev.clone()).collect())
@@ -511,6 +544,273 @@ fn id_bounds(db: DbId, q: &IdRange) -> (Vec<u8>, Vec<u8>) {
 }
 
 impl Reader {
+    /// The database's counters as of this snapshot.
+    pub fn state(&self) -> Result<DbState> {
+        match self
+            .poison
+            .guard(self.snap.get(Keyspace::Meta, &keys::state(self.db)))?
+        {
+            Some(bytes) => DbState::decode(&bytes),
+            None => Err(Error::Corrupt("database without a state record".into())),
+        }
+    }
+
+    /// The number of changes (by-seq rows) after sequence `since`: what a
+    /// changes feed that has shown everything up to `since` has left.
+    pub fn count_changes_after(&self, since: u64) -> Result<u64> {
+        let state = self.state()?;
+        if since >= state.update_seq {
+            return Ok(0);
+        }
+        if since == 0 {
+            // Every document, live or deleted, has exactly one row.
+            return Ok(state.doc_count + state.doc_del_count);
+        }
+        let first = since + 1;
+        let mut bucket = first / keys::SEQ_BUCKET;
+        let mut n = 0u64;
+        let rows_to = if state.seq_index {
+            if first.is_multiple_of(keys::SEQ_BUCKET) {
+                None
+            } else {
+                bucket += 1;
+                Some(keys::seq(self.db, bucket * keys::SEQ_BUCKET))
+            }
+        } else {
+            Some(keys::db_range(self.db).1)
+        };
+        if let Some(to) = rows_to {
+            let from = keys::seq(self.db, first);
+            let scan = self
+                .snap
+                .scan(Keyspace::Seqs, &from, &to, false, &mut |_, _| {
+                    n += 1;
+                    true
+                });
+            self.poison.guard(scan)?;
+        }
+        if state.seq_index {
+            if state.head_bucket >= bucket {
+                n += state.head_count;
+            }
+            let from = keys::seq_count(self.db, bucket);
+            let to = keys::seq_count_range(self.db).1;
+            let mut failure = None;
+            let scan = self.snap.scan(
+                Keyspace::Meta,
+                &from,
+                &to,
+                false,
+                &mut |_, v| match decode::<u64>(v, "by-seq count") {
+                    Ok(c) => {
+                        n += c;
+                        true
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        false
+                    }
+                },
+            );
+            self.poison.guard(scan)?;
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        Ok(n)
+    }
+
+    /// A document's row of the changes feed, read by id (None when it does
+    /// not exist): the same row a scan of the changes would find.
+    pub fn change_row(&self, id: &str) -> Result<Option<ChangeRow>> {
+        Ok(self.record(id)?.map(|rec| ChangeRow {
+            seq: rec.seq,
+            id: id.to_string(),
+            leaves: leaves_of(&rec.tree),
+        }))
+    }
+
+    /// The changes-feed rows of every document (deleted ones too) whose id
+    /// is in `[lo, hi)`, in id order.
+    pub fn change_rows_in(&self, lo: &str, hi: &str) -> Result<Vec<ChangeRow>> {
+        let q = IdRange {
+            start: Some(lo.to_string()),
+            end: Some(hi.to_string()),
+            inclusive_end: false,
+            ..IdRange::default()
+        };
+        let mut rows = Vec::new();
+        self.scan_ids(Keyspace::Docs, &q, &mut |id, v| {
+            let head = DocRecordHead::decode(v)?;
+            rows.push(ChangeRow {
+                seq: head.seq,
+                id: id.to_string(),
+                leaves: leaves_of(&head.tree),
+            });
+            Ok(true)
+        })?;
+        Ok(rows)
+    }
+
+    /// The purge history: the id and the revisions each kept purge request
+    /// named, sorted by id and revisions (as CouchDB lists them).
+    pub fn purged_infos(&self) -> Result<Vec<(String, Vec<Rev>)>> {
+        let (lo, hi) = keys::db_range(self.db);
+        let mut out = Vec::new();
+        let mut failure = None;
+        let scan = self.snap.scan(
+            Keyspace::Purges,
+            &lo,
+            &hi,
+            false,
+            &mut |_, v| match decode::<PurgeRecord>(v, "purge record") {
+                Ok(rec) => {
+                    out.push((rec.id, rec.revs));
+                    true
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            },
+        );
+        self.poison.guard(scan)?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        out.sort_by_cached_key(|(id, revs)| {
+            (
+                id.clone(),
+                revs.iter().map(Rev::to_string).collect::<Vec<_>>(),
+            )
+        });
+        Ok(out)
+    }
+
+    /// Live documents with ids in `lo..hi` (`None`: unbounded; each bound
+    /// inclusive or not). One scan of the range.
+    pub fn count_live(&self, lo: Option<(&str, bool)>, hi: Option<(&str, bool)>) -> Result<u64> {
+        let (first, last) = keys::db_range(self.db);
+        let from = match lo {
+            None => first,
+            Some((id, true)) => keys::doc(self.db, id),
+            Some((id, false)) => just_after(keys::doc(self.db, id)),
+        };
+        let to = match hi {
+            None => last,
+            Some((id, true)) => just_after(keys::doc(self.db, id)),
+            Some((id, false)) => keys::doc(self.db, id),
+        };
+        if from >= to {
+            return Ok(0);
+        }
+        Ok(self.count_live_keys(&from, &to, u64::MAX)?.0)
+    }
+
+    /// Counts the live documents in `[from, to)`, examining at most `max`;
+    /// returns the count and, when it stopped early, where to go on.
+    fn count_live_keys(&self, from: &[u8], to: &[u8], max: u64) -> Result<(u64, Option<Vec<u8>>)> {
+        let (mut live, mut seen) = (0u64, 0u64);
+        let mut resume = None;
+        let mut failure = None;
+        let scan = self
+            .snap
+            .scan(Keyspace::Docs, from, to, false, &mut |k, v| {
+                if seen == max {
+                    resume = Some(k.to_vec());
+                    return false;
+                }
+                seen += 1;
+                match DocRecordHead::decode(v) {
+                    Ok(head) => {
+                        live += u64::from(head.is_live());
+                        true
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        false
+                    }
+                }
+            });
+        self.poison.guard(scan)?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok((live, resume)),
+        }
+    }
+
+    /// [`Reader::live_before`] when only whether it reaches `cap` matters:
+    /// the count, stopping at `cap` (one scan of at most that many live
+    /// documents, and the deleted ones among them).
+    pub fn live_before_at_most(&self, start: &str, descending: bool, cap: u64) -> Result<u64> {
+        let (first, last) = keys::db_range(self.db);
+        let key = keys::doc(self.db, start);
+        let (from, to) = if descending {
+            (just_after(key), last)
+        } else {
+            (first, key)
+        };
+        let mut live = 0u64;
+        let mut failure = None;
+        if cap == 0 {
+            return Ok(0);
+        }
+        let scan =
+            self.snap
+                .scan(Keyspace::Docs, &from, &to, !descending, &mut |_, v| {
+                    match DocRecordHead::decode(v) {
+                        Ok(head) => {
+                            live += u64::from(head.is_live());
+                            live < cap
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            false
+                        }
+                    }
+                });
+        self.poison.guard(scan)?;
+        failure.map_or(Ok(live), Err)
+    }
+
+    /// Live documents before `start` in scan order: ids below it, or above
+    /// it when `descending` (`_all_docs`' `offset` for a range starting
+    /// there). Counted on the smaller side of `start` (see the module
+    /// doc); `None` when both sides hold more than [`OFFSET_SCAN_MAX`]
+    /// documents.
+    pub fn live_before(&self, start: &str, descending: bool) -> Result<Option<u64>> {
+        let (first, last) = keys::db_range(self.db);
+        let key = keys::doc(self.db, start);
+        let split = if descending { just_after(key) } else { key };
+        // (from, to, counted so far) of the side before `start` and of the
+        // side after it.
+        let (mut before, mut after) = if descending {
+            ((split.clone(), last, 0u64), (first, split, 0u64))
+        } else {
+            ((first, split.clone(), 0u64), (split, last, 0u64))
+        };
+        let mut step = OFFSET_SCAN_FIRST;
+        let mut examined = 0u64;
+        let total = self.state()?.doc_count;
+        while examined < OFFSET_SCAN_MAX {
+            let (n, resume) = self.count_live_keys(&before.0, &before.1, step)?;
+            before.2 += n;
+            match resume {
+                None => return Ok(Some(before.2)),
+                Some(k) => before.0 = k,
+            }
+            let (n, resume) = self.count_live_keys(&after.0, &after.1, step)?;
+            after.2 += n;
+            match resume {
+                None => return Ok(Some(total.saturating_sub(after.2))),
+                Some(k) => after.0 = k,
+            }
+            examined += step;
+            step = (step * 2).min(OFFSET_SCAN_MAX.saturating_sub(examined));
+        }
+        Ok(None)
+    }
+
     /// Visits every document record (deleted ones too) in id order.
     pub(crate) fn scan_records(
         &self,

@@ -129,6 +129,19 @@ pub struct DbState {
     /// Sum of the winning revisions' body bytes.
     pub external_bytes: u64,
     pub revs_limit: u64,
+    /// How many purge requests the purge history keeps (the newest).
+    pub purged_infos_limit: u64,
+    /// Whether the by-seq counts (see [`crate::keys::seq_count`]) are
+    /// maintained for this database. Written as `true` by every writer
+    /// that has built them; a state record from before they existed
+    /// decodes as `false`.
+    pub seq_index: bool,
+    /// The highest bucket of by-seq rows and its count, kept here rather
+    /// than under its own key: this record is written by every group
+    /// anyway, and most groups change no other bucket. Buckets above it
+    /// have no rows and no count.
+    pub head_bucket: u64,
+    pub head_count: u64,
 }
 
 impl Default for DbState {
@@ -140,7 +153,46 @@ impl Default for DbState {
             purge_seq: 0,
             external_bytes: 0,
             revs_limit: 1000,
+            purged_infos_limit: 1000,
+            seq_index: true,
+            head_bucket: 0,
+            head_count: 0,
         }
+    }
+}
+
+/// The state record as written before `purged_infos_limit` and the by-seq
+/// counts existed.
+#[derive(Deserialize)]
+struct DbStateV1 {
+    update_seq: u64,
+    doc_count: u64,
+    doc_del_count: u64,
+    purge_seq: u64,
+    external_bytes: u64,
+    revs_limit: u64,
+}
+
+impl DbState {
+    /// Decodes a state record, in the current layout or the first one
+    /// (which lacks the fields after `revs_limit`: the default limit, no
+    /// by-seq counts yet).
+    pub fn decode(bytes: &[u8]) -> Result<DbState> {
+        decode::<DbState>(bytes, "database state").or_else(|e| {
+            let old: DbStateV1 = decode(bytes, "database state").map_err(|_| e)?;
+            Ok(DbState {
+                update_seq: old.update_seq,
+                doc_count: old.doc_count,
+                doc_del_count: old.doc_del_count,
+                purge_seq: old.purge_seq,
+                external_bytes: old.external_bytes,
+                revs_limit: old.revs_limit,
+                purged_infos_limit: 1000,
+                seq_index: false,
+                head_bucket: 0,
+                head_count: 0,
+            })
+        })
     }
 }
 
@@ -151,11 +203,40 @@ pub struct LocalRecord {
     pub body: String,
 }
 
-/// One purge request as recorded in the purge history.
+/// One purge request as recorded in the purge history (keyed by its
+/// purge sequence): the id and the revisions the request named, purged or
+/// not (as CouchDB records them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PurgeRecord {
     pub id: String,
     pub revs: Vec<Rev>,
+}
+
+/// The head of an encoded [`DocRecord`]: its sequence and revision tree,
+/// decoded without the leaf bodies that follow (for scans that only need
+/// to know whether a document is live).
+#[derive(Debug, Deserialize)]
+pub struct DocRecordHead {
+    pub seq: u64,
+    pub tree: RevTree,
+}
+
+impl DocRecordHead {
+    pub fn decode(bytes: &[u8]) -> Result<DocRecordHead> {
+        match bytes.split_first() {
+            Some((&FORMAT_V1, rest)) => postcard::take_from_bytes::<DocRecordHead>(rest)
+                .map(|(head, _)| head)
+                .map_err(|e| Error::Corrupt(format!("document record: {e}"))),
+            _ => Err(Error::Corrupt(
+                "document record: unknown format version".into(),
+            )),
+        }
+    }
+
+    /// True when the document's winning revision is live.
+    pub fn is_live(&self) -> bool {
+        self.tree.winner().is_some_and(|w| !w.deleted)
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +268,41 @@ mod tests {
             inline: vec![(3, "{}".into())],
         };
         assert!(DocRecord::decode(&encode(&bad)).is_err());
+    }
+
+    #[test]
+    fn state_records_of_the_first_layout_still_decode() {
+        #[derive(Serialize)]
+        struct V1(u64, u64, u64, u64, u64, u64);
+        let old = encode(&V1(7, 3, 1, 2, 99, 5));
+        let s = DbState::decode(&old).unwrap();
+        assert_eq!(
+            (s.update_seq, s.doc_count, s.doc_del_count, s.purge_seq),
+            (7, 3, 1, 2)
+        );
+        assert_eq!((s.external_bytes, s.revs_limit), (99, 5));
+        assert_eq!((s.purged_infos_limit, s.seq_index), (1000, false));
+        let now = DbState {
+            purged_infos_limit: 5,
+            ..DbState::default()
+        };
+        assert_eq!(DbState::decode(&encode(&now)).unwrap(), now);
+        assert!(DbState::decode(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn record_heads_decode_without_the_bodies() {
+        let mut tree = RevTree::with_root(Rev::new(1, "a"), false, true);
+        tree.add(Some(&Rev::new(1, "a")), Rev::new(2, "b"), true, true)
+            .unwrap();
+        let rec = DocRecord {
+            seq: 9,
+            tree,
+            inline: vec![(1, "{}".into())],
+        };
+        let head = DocRecordHead::decode(&encode(&rec)).unwrap();
+        assert_eq!((head.seq, head.is_live()), (9, false));
+        assert!(DocRecordHead::decode(&[7]).is_err());
     }
 
     #[test]

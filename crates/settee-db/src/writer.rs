@@ -15,13 +15,48 @@
 //!   the pipeline are kept and indexed by document id ([`Inflight`]); what
 //!   they hold wins over storage, which may not have it yet. They are
 //!   released once their group is written.
-//!   Requests that read storage directly (local documents, purge,
-//!   compaction) first wait for the pipeline to drain.
+//!   Requests that read storage directly (purge, compaction) first wait
+//!   for the pipeline to drain.
+//! - **Local documents are written blind.** As in CouchDB 3, a `_local`
+//!   write does no revision check: its new revision follows from the one it
+//!   names alone ([`next_local_rev`]), a delete is `0-0` (absent or not),
+//!   so the writer never reads them and later writes win. They get no
+//!   sequence number and never appear in changes.
 //! - **An upper bound of the ids.** The writer knows an id at least as
 //!   large as every id the database holds (read once from storage when
 //!   the writer starts, raised by every group); ids above it are new
 //!   without a read. Only raising it is ever needed: nothing but this
 //!   writer adds ids, and purge only removes them.
+//! - **One sequence per document per request.** Every change a request
+//!   makes takes the next `update_seq`, except that a document changed
+//!   again by the same request keeps the sequence it took earlier in it
+//!   (CouchDB gives a document one sequence per batch, and replication
+//!   with `new_edits=false` often sends several revisions of one document
+//!   together). A request is never split across groups, so the reused
+//!   sequence was never visible to a reader.
+//! - **By-seq counts.** Besides the by-seq rows, the writer keeps per
+//!   bucket of [`keys::SEQ_BUCKET`] sequences how many rows the bucket
+//!   has, in the same batch as the rows: the highest bucket's in the state
+//!   record (written by every group anyway, so a group that only adds rows
+//!   writes no extra key), every other one under its Meta key. The writer
+//!   caches every count it read or wrote (the latest value, whatever the
+//!   pipeline still holds) and forgets them only with an empty pipeline.
+//!   A database written before the counts existed gets them built (one
+//!   scan) by the first group of its first writer. The changes feed's
+//!   `pending` costs one bucket plus one count per later bucket instead of
+//!   one row per change.
+//! - **Purge bookkeeping as in CouchDB.** Every id of a `_purge` request
+//!   takes the next `purge_seq` and is recorded in the purge history with
+//!   the revisions it named, purged or not; a partially purged document
+//!   takes one new sequence per remaining leaf (it keeps the last); a
+//!   request that gave no document a new sequence advances `update_seq`
+//!   by one (so indexes see the purge), an empty one changes nothing.
+//!   The history keeps the newest `purged_infos_limit` entries: older
+//!   ones are deleted as new ones arrive (CouchDB drops them at
+//!   compaction, once its indexes have seen them; Settee has no indexes
+//!   yet, and keeps the history bounded without one).
+//! - Setting `revs_limit` or `purged_infos_limit` advances `update_seq`
+//!   (CouchDB counts both as updates).
 //! - **Durability modes** (see [`Durability`]): delayed-commit groups are
 //!   fsynced within `delayed_flush_ms` (by the committer); batch-mode
 //!   documents wait in the database's batch buffer ([`crate::batch_buffer`])
@@ -36,7 +71,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rustc_hash::FxHashMap;
-use settee_core::doc::{Body, Doc, DocError};
+use settee_core::doc::{next_local_rev, Body, Doc, DocError};
 use settee_core::name::LOCAL_PREFIX;
 use settee_core::rev::Rev;
 use settee_core::revtree::RevTree;
@@ -88,6 +123,7 @@ pub(crate) enum Request {
     /// The batch buffer has become non-empty or due.
     Buffered,
     SetRevsLimit(u64, oneshot::Sender<Result<()>>),
+    SetPurgedInfosLimit(u64, oneshot::Sender<Result<()>>),
     Purge(
         Vec<(String, Vec<Rev>)>,
         oneshot::Sender<Result<PurgeOutcome>>,
@@ -126,7 +162,14 @@ pub(crate) struct Writer {
     /// (CouchDB's default `sequential` uuids, replication in id order)
     /// most new documents skip the by-id read.
     max_id: Option<Option<Box<[u8]>>>,
+    /// By-seq counts (bucket → rows) this writer read or wrote: the latest
+    /// values, including what groups in the pipeline wrote.
+    seq_counts: FxHashMap<u64, u64>,
 }
+
+/// Buckets of by-seq counts a writer keeps before it forgets them (once
+/// its pipeline is empty): 16 bytes each.
+const SEQ_COUNTS_CACHED_MAX: usize = 1 << 16;
 
 impl Writer {
     pub(crate) fn new(
@@ -143,7 +186,85 @@ impl Writer {
             pipe,
             inflight: Inflight::default(),
             max_id: None,
+            seq_counts: FxHashMap::default(),
         }
+    }
+
+    /// Counts the by-seq rows of every bucket, from storage (for a database
+    /// written before the counts existed; the pipeline must be empty).
+    fn count_seqs(&self) -> Result<FxHashMap<u64, u64>> {
+        let (lo, hi) = keys::db_range(self.shared.db);
+        let mut counts: FxHashMap<u64, u64> = FxHashMap::default();
+        let view = self.shared.store.latest();
+        self.shared
+            .poison
+            .guard(view.scan(Keyspace::Seqs, &lo, &hi, false, &mut |k, _| {
+                *counts
+                    .entry(keys::seq_of(k) / keys::SEQ_BUCKET)
+                    .or_default() += 1;
+                true
+            }))?;
+        Ok(counts)
+    }
+
+    /// The stored by-seq count of `bucket` (cached after the first read).
+    fn seq_count(&mut self, bucket: u64) -> Result<u64> {
+        if let Some(n) = self.seq_counts.get(&bucket) {
+            return Ok(*n);
+        }
+        let v = self.shared.poison.guard(
+            self.shared
+                .store
+                .get(Keyspace::Meta, &keys::seq_count(self.shared.db, bucket)),
+        )?;
+        let n = v.map(|b| decode::<u64>(&b, "by-seq count")).transpose()?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// Applies a group's by-seq count changes: the head bucket's in the
+    /// state record, the others' under their keys in the batch.
+    fn write_seq_counts(
+        &mut self,
+        batch: &mut Batch,
+        state: &mut DbState,
+        deltas: FxHashMap<u64, i64>,
+    ) -> Result<()> {
+        let mut deltas: Vec<(u64, i64)> = deltas.into_iter().filter(|d| d.1 != 0).collect();
+        deltas.sort_unstable_by_key(|d| d.0);
+        let corrupt = |bucket| Error::Corrupt(format!("by-seq count of bucket {bucket}"));
+        for (bucket, delta) in deltas {
+            if bucket > state.head_bucket {
+                // Rows past the head: the head's count goes under its key.
+                let head = state.head_bucket;
+                self.put_seq_count(batch, head, state.head_count);
+                state.head_bucket = bucket;
+                state.head_count = 0;
+            }
+            if bucket == state.head_bucket {
+                state.head_count = state
+                    .head_count
+                    .checked_add_signed(delta)
+                    .ok_or_else(|| corrupt(bucket))?;
+            } else {
+                let n = self
+                    .seq_count(bucket)?
+                    .checked_add_signed(delta)
+                    .ok_or_else(|| corrupt(bucket))?;
+                self.put_seq_count(batch, bucket, n);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes (or, at zero, deletes) the stored count of a bucket.
+    fn put_seq_count(&mut self, batch: &mut Batch, bucket: u64, n: u64) {
+        let key = keys::seq_count(self.shared.db, bucket);
+        if n == 0 {
+            batch.delete(Keyspace::Meta, key);
+        } else {
+            batch.put(Keyspace::Meta, key, encode(&n));
+        }
+        self.seq_counts.insert(bucket, n);
     }
 
     /// The largest document id in storage (read once per writer: after
@@ -268,12 +389,15 @@ impl Writer {
             fail_all(buffered, todo, &e);
             return;
         }
-        let reads_storage = todo.iter().any(|r| {
-            matches!(
-                r,
-                Request::Local { .. } | Request::Purge(..) | Request::Compact(..)
-            )
-        });
+        let reads_storage = todo
+            .iter()
+            .any(|r| matches!(r, Request::Purge(..) | Request::Compact(..)));
+        if self.seq_counts.len() > SEQ_COUNTS_CACHED_MAX || !self.state.seq_index {
+            // Forgotten (or built) only with nothing in the pipeline.
+            self.pipe.drain();
+            self.inflight.clear();
+            self.seq_counts.clear();
+        }
         if reads_storage {
             self.pipe.drain();
             self.inflight.clear();
@@ -289,12 +413,38 @@ impl Writer {
                 }
             }
         }
+        let built = if self.state.seq_index {
+            None
+        } else {
+            match self.count_seqs() {
+                Ok(counts) => Some(counts),
+                Err(e) => {
+                    fail_all(buffered, todo, &e);
+                    return;
+                }
+            }
+        };
         let max_id = self.max_id.as_ref().and_then(Option::as_deref);
         let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
         let docs: usize = buffered.iter().map(|u| u.docs.len()).sum::<usize>()
             + todo.iter().map(Request::doc_count).sum::<usize>();
         // Two records per document, ~100 bytes each for small documents.
-        ctx.batch = Batch::with_capacity(2 * docs + 1, 128 * docs + 64);
+        ctx.batch = Batch::with_capacity(2 * docs + 2, 128 * docs + 96);
+        if let Some(counts) = built {
+            let head = counts.keys().copied().max().unwrap_or(0);
+            for (bucket, n) in counts {
+                if bucket == head {
+                    ctx.state.head_bucket = head;
+                    ctx.state.head_count = n;
+                } else {
+                    ctx.batch
+                        .put(Keyspace::Meta, keys::seq_count(ctx.db, bucket), encode(&n));
+                    self.seq_counts.insert(bucket, n);
+                }
+            }
+            ctx.state.seq_index = true;
+            ctx.state_dirty = true;
+        }
         let mut replies = Vec::with_capacity(todo.len());
         let mut sync = force_sync || !buffered.is_empty();
         let load = ctx.preload(
@@ -344,10 +494,10 @@ impl Writer {
                     reply,
                 } => {
                     sync |= durability == Durability::Full;
-                    let r = ctx.local(&id, rev.as_deref(), body);
-                    match r {
-                        Ok(r) => replies.push(Reply::Local(reply, r)),
-                        Err(e) => drop(reply.send(Err(e))),
+                    match ctx.local(&id, rev.as_deref(), body) {
+                        Ok(rev) => replies.push(Reply::Local(reply, Ok(rev))),
+                        // Nothing written: no need to wait for the group.
+                        Err(refused) => drop(reply.send(Ok(Err(refused)))),
                     }
                 }
                 Request::Flush(tx) => {
@@ -357,7 +507,13 @@ impl Writer {
                 Request::SetRevsLimit(n, tx) => {
                     sync = true;
                     ctx.state.revs_limit = n;
+                    ctx.state.update_seq += 1;
                     ctx.state_dirty = true;
+                    replies.push(Reply::Unit(tx));
+                }
+                Request::SetPurgedInfosLimit(n, tx) => {
+                    sync = true;
+                    ctx.set_purged_infos_limit(n);
                     replies.push(Reply::Unit(tx));
                 }
                 Request::Purge(reqs, tx) => {
@@ -376,12 +532,19 @@ impl Writer {
             }
         }
         let Ctx {
-            state,
+            mut state,
             state_dirty,
             mut batch,
             records,
+            seq_deltas,
             ..
         } = ctx;
+        if let Err(e) = self.write_seq_counts(&mut batch, &mut state, seq_deltas) {
+            for reply in replies {
+                reply.send(Some(&e));
+            }
+            return;
+        }
         if !batch.is_empty() || state_dirty {
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
         }
@@ -422,9 +585,10 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
                 }
             }
             Request::Local { reply, .. } => drop(reply.send(Err(e.clone()))),
-            Request::Flush(tx) | Request::SetRevsLimit(_, tx) | Request::Compact(_, tx) => {
-                drop(tx.send(Err(e.clone())))
-            }
+            Request::Flush(tx)
+            | Request::SetRevsLimit(_, tx)
+            | Request::SetPurgedInfosLimit(_, tx)
+            | Request::Compact(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Shutdown | Request::Buffered => {}
         }
@@ -449,7 +613,11 @@ struct Ctx<'a> {
     state_dirty: bool,
     /// Every document record read or written in this group (None: absent).
     records: FxHashMap<String, Option<DocRecord>>,
-    locals: FxHashMap<String, Option<LocalRecord>>,
+    /// `update_seq` before the request being applied: a document whose
+    /// sequence is above it was changed earlier in the same request.
+    req_base: u64,
+    /// Changes of the by-seq counts, by bucket.
+    seq_deltas: FxHashMap<u64, i64>,
     batch: Batch,
 }
 
@@ -474,6 +642,7 @@ struct Checkpoint {
     state: DbState,
     ops: usize,
     records: Vec<(String, Option<DocRecord>)>,
+    seq_deltas: FxHashMap<u64, i64>,
 }
 
 impl<'a> Ctx<'a> {
@@ -485,9 +654,15 @@ impl<'a> Ctx<'a> {
             state,
             state_dirty: false,
             records: FxHashMap::default(),
-            locals: FxHashMap::default(),
+            req_base: 0,
+            seq_deltas: FxHashMap::default(),
             batch: Batch::new(),
         }
+    }
+
+    /// Counts a by-seq row added (+1) or removed (-1).
+    fn count_seq(&mut self, seq: u64, delta: i64) {
+        *self.seq_deltas.entry(seq / keys::SEQ_BUCKET).or_default() += delta;
     }
 
     /// Loads the records of every document the group's updates touch, in
@@ -575,6 +750,7 @@ impl<'a> Ctx<'a> {
                 .iter()
                 .map(|id| (id.clone(), self.records.get(id).cloned().flatten()))
                 .collect(),
+            seq_deltas: self.seq_deltas.clone(),
         };
         let results = self.update(docs, new_edits);
         let failures: Vec<(String, DocFailure)> = ids
@@ -586,6 +762,7 @@ impl<'a> Ctx<'a> {
             return Ok(results);
         }
         self.state = cp.state;
+        self.seq_deltas = cp.seq_deltas;
         self.batch.truncate(cp.ops);
         for (id, rec) in cp.records {
             self.records.insert(id, rec);
@@ -595,6 +772,7 @@ impl<'a> Ctx<'a> {
 
     /// Applies each document of a request; failures affect only their document.
     fn update(&mut self, docs: Vec<Doc>, new_edits: bool) -> Vec<DocResult> {
+        self.req_base = self.state.update_seq;
         docs.into_iter()
             .map(|doc| self.update_doc(doc, new_edits))
             .collect()
@@ -680,12 +858,20 @@ impl<'a> Ctx<'a> {
                 None => {}
             }
         }
-        if let Some(old_seq) = old_seq {
-            self.batch.delete(Keyspace::Seqs, keys::seq(db, old_seq));
-        }
         self.count(old_presence, presence(Some(&tree)));
-        self.state.update_seq += 1;
-        let seq = self.state.update_seq;
+        let seq = match old_seq {
+            // Changed earlier in this request: the same sequence.
+            Some(old_seq) if old_seq > self.req_base => old_seq,
+            _ => {
+                if let Some(old_seq) = old_seq {
+                    self.batch.delete(Keyspace::Seqs, keys::seq(db, old_seq));
+                    self.count_seq(old_seq, -1);
+                }
+                self.state.update_seq += 1;
+                self.count_seq(self.state.update_seq, 1);
+                self.state.update_seq
+            }
+        };
         let leaves = tree
             .leaves()
             .into_iter()
@@ -730,66 +916,49 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Writes or deletes a `_local` document. Revisions are `0-N`; the given
-    /// rev must match the stored one.
+    /// Writes or deletes a `_local` document: no revision check (see the
+    /// module doc); the answer is the new revision, `0-N`.
     fn local(
         &mut self,
         id: &str,
         rev: Option<&str>,
         body: Option<Body>,
-    ) -> Result<std::result::Result<String, DocFailure>> {
-        let current = match self.locals.get(id) {
-            Some(r) => r.clone(),
-            None => {
-                let v = self.shared.poison.guard(
-                    self.shared
-                        .store
-                        .get(Keyspace::Local, &keys::doc(self.db, id)),
-                )?;
-                v.map(|b| decode::<LocalRecord>(&b, "local document"))
-                    .transpose()?
-            }
-        };
-        let current_rev = current.as_ref().map(|r| format!("0-{}", r.rev));
+    ) -> std::result::Result<String, DocFailure> {
+        let n = next_local_rev(rev, body.is_none()).map_err(DocFailure::Bad)?;
         let key = keys::doc(self.db, id);
         match body {
             Some(body) => {
                 if body.len() > self.shared.opts.max_document_bytes {
-                    return Ok(Err(DocFailure::TooLarge(body.len())));
-                }
-                if current.is_some() && rev != current_rev.as_deref()
-                    || current.is_none() && rev.is_some_and(|r| r != "0-0")
-                {
-                    return Ok(Err(DocFailure::Conflict));
+                    return Err(DocFailure::TooLarge(body.len()));
                 }
                 let rec = LocalRecord {
-                    rev: current.map_or(1, |c| c.rev + 1),
-                    body: body.as_str().to_string(),
+                    rev: n,
+                    body: body.into_string(),
                 };
-                let new_rev = format!("0-{}", rec.rev);
                 self.batch.put(Keyspace::Local, key, encode(&rec));
-                self.locals.insert(id.to_string(), Some(rec));
-                Ok(Ok(new_rev))
             }
-            None => {
-                if current.is_none() {
-                    return Ok(Err(DocFailure::NotFound));
-                }
-                if rev != current_rev.as_deref() {
-                    return Ok(Err(DocFailure::Conflict));
-                }
-                self.batch.delete(Keyspace::Local, key);
-                self.locals.insert(id.to_string(), None);
-                Ok(Ok("0-0".to_string()))
-            }
+            None => self.batch.delete(Keyspace::Local, key),
         }
+        Ok(format!("0-{n}"))
     }
 
-    /// Removes the given leaf revisions (and their unshared ancestors).
+    /// Removes the given leaf revisions (and their unshared ancestors), and
+    /// keeps CouchDB's purge bookkeeping (see the module doc).
     fn purge(&mut self, reqs: Vec<(String, Vec<Rev>)>) -> Result<PurgeOutcome> {
         let db = self.db;
+        self.req_base = self.state.update_seq;
+        let first_purge_seq = self.state.purge_seq;
         let mut purged = Vec::with_capacity(reqs.len());
         for (id, revs) in reqs {
+            self.state.purge_seq += 1;
+            self.batch.put(
+                Keyspace::Purges,
+                keys::seq(db, self.state.purge_seq),
+                encode(&PurgeRecord {
+                    id: id.clone(),
+                    revs: revs.clone(),
+                }),
+            );
             let Some(old) = self.load(&id)? else {
                 purged.push((id, vec![]));
                 continue;
@@ -811,34 +980,63 @@ impl<'a> Ctx<'a> {
                 }
             }
             if !removed_revs.is_empty() {
-                self.state.purge_seq += 1;
-                let rec = PurgeRecord {
-                    id: id.clone(),
-                    revs: removed_revs.clone(),
-                };
-                self.batch.put(
-                    Keyspace::Purges,
-                    keys::seq(db, self.state.purge_seq),
-                    encode(&rec),
-                );
                 if tree.is_empty() {
                     self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
+                    self.count_seq(old.seq, -1);
                     self.batch.delete(Keyspace::Docs, keys::doc(db, &id));
                     self.count(presence(Some(&old.tree)), Presence::Absent);
                     self.state.external_bytes =
                         self.state.external_bytes.saturating_sub(old.winner_bytes());
                     self.records.insert(id.clone(), None);
                 } else {
+                    // CouchDB gives every remaining leaf a new sequence; the
+                    // document keeps the last one.
+                    let leaves = tree.leaves().len() as u64;
+                    self.state.update_seq += leaves.saturating_sub(1);
                     self.put_record(&id, Some(old), tree, None);
                 }
             }
             purged.push((id, removed_revs));
+        }
+        if self.state.purge_seq > first_purge_seq {
+            // CouchDB's rule: the request advances update_seq by one unless
+            // a partially purged document already did.
+            if self.state.update_seq == self.req_base {
+                self.state.update_seq += 1;
+            }
+            // Entries that fall out of the newest `purged_infos_limit`.
+            let limit = self.state.purged_infos_limit;
+            let from = first_purge_seq.saturating_sub(limit) + 1;
+            for seq in from..=self.state.purge_seq.saturating_sub(limit) {
+                self.batch.delete(Keyspace::Purges, keys::seq(db, seq));
+            }
         }
         self.state_dirty = true;
         Ok(PurgeOutcome {
             purge_seq: self.state.purge_seq,
             purged,
         })
+    }
+
+    /// Sets how many purge requests the history keeps, dropping the
+    /// entries beyond it.
+    fn set_purged_infos_limit(&mut self, limit: u64) {
+        let old_cut = self
+            .state
+            .purge_seq
+            .saturating_sub(self.state.purged_infos_limit);
+        let cut = self.state.purge_seq.saturating_sub(limit);
+        if cut > old_cut {
+            // One range deletion (a lowered limit may drop many entries).
+            self.batch.delete_range(
+                Keyspace::Purges,
+                keys::seq(self.db, 0),
+                keys::seq(self.db, cut + 1),
+            );
+        }
+        self.state.purged_infos_limit = limit;
+        self.state.update_seq += 1;
+        self.state_dirty = true;
     }
 
     /// Drops the stored bodies of non-leaf revisions of these documents.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use settee_core::doc::{Body, Doc};
+use settee_core::doc::{Body, Doc, DocError};
 use settee_core::rev::Rev;
 use settee_db::{
     ChangeRow, Database, DocFailure, Durability, Engine, EngineOptions, Error, GetOptions, IdRange,
@@ -344,51 +344,71 @@ fn oversized_documents_are_refused() {
 fn local_docs_are_unversioned_and_invisible() {
     let (e, _) = mem_engine();
     let db = e.create_db("d").unwrap();
-    let body = || Some(Body::from_value(json!({"cp": 1})).unwrap());
-    assert_eq!(
-        db.put_local("_local/a", None, body(), None).unwrap(),
-        Ok("0-1".to_string())
-    );
-    assert_eq!(
-        db.put_local("_local/a", None, body(), None).unwrap(),
-        Err(DocFailure::Conflict)
-    );
-    assert_eq!(
-        db.put_local("_local/a", Some("0-1".into()), body(), None)
-            .unwrap(),
-        Ok("0-2".to_string())
-    );
+    let body = |n: u32| Some(Body::from_value(json!({ "cp": n })).unwrap());
+    let put = |rev: Option<&str>, b| db.put_local("_local/a", rev.map(String::from), b, None);
+    assert_eq!(put(None, body(1)).unwrap(), Ok("0-1".to_string()));
+    // No revision check (CouchDB 3): the new rev follows from the given one.
+    assert_eq!(put(None, body(2)).unwrap(), Ok("0-1".to_string()));
+    assert_eq!(put(Some("0-1"), body(3)).unwrap(), Ok("0-2".to_string()));
+    assert_eq!(put(Some("0-1"), body(4)).unwrap(), Ok("0-2".to_string()));
+    assert_eq!(put(Some("0-7"), body(5)).unwrap(), Ok("0-8".to_string()));
     let got = db.reader().unwrap().get_local("_local/a").unwrap().unwrap();
     assert_eq!(
         (got.rev.as_str(), got.body.as_str()),
-        ("0-2", r#"{"cp":1}"#)
+        ("0-8", r#"{"cp":5}"#)
     );
+    let invalid = Err(DocFailure::Bad(DocError::BadRequest(
+        "Invalid rev format".into(),
+    )));
+    assert_eq!(put(Some("abc"), body(6)).unwrap(), invalid);
+    assert_eq!(put(Some("1-abc"), body(6)).unwrap(), invalid);
     let info = db.info().unwrap();
     assert_eq!(
         (info.doc_count, info.update_seq),
         (0, 0),
         "local docs are not counted nor in changes"
     );
-    assert_eq!(
-        db.put_local("_local/a", Some("0-1".into()), None, None)
-            .unwrap(),
-        Err(DocFailure::Conflict)
-    );
-    assert_eq!(
-        db.put_local("_local/a", Some("0-2".into()), None, None)
-            .unwrap(),
-        Ok("0-0".to_string())
-    );
-    assert_eq!(
-        db.put_local("_local/a", None, None, None).unwrap(),
-        Err(DocFailure::NotFound)
-    );
+    // A delete is 0-0 whatever rev it names, and of an absent doc too.
+    assert_eq!(put(Some("0-1"), None).unwrap(), Ok("0-0".to_string()));
     assert!(db
         .reader()
         .unwrap()
         .get_local("_local/a")
         .unwrap()
         .is_none());
+    assert_eq!(put(None, None).unwrap(), Ok("0-0".to_string()));
+    // Recreated, it starts again at 0-1.
+    assert_eq!(put(None, body(7)).unwrap(), Ok("0-1".to_string()));
+}
+
+#[test]
+fn local_writes_in_one_group_apply_in_order() {
+    let (e, _) = mem_engine();
+    let db = Arc::new(e.create_db("d").unwrap());
+    // Many concurrent writers land in few groups; the last write of a
+    // writer is what it reads back, and the document is never lost.
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let id = format!("_local/t{t}");
+                let mut rev = None;
+                for n in 0..20u32 {
+                    let body = Some(Body::from_value(json!({ "n": n })).unwrap());
+                    rev = Some(db.put_local(&id, rev, body, None).unwrap().unwrap());
+                }
+                assert_eq!(rev.as_deref(), Some("0-20"));
+                let got = db.reader().unwrap().get_local(&id).unwrap().unwrap();
+                assert_eq!(
+                    (got.rev.as_str(), got.body.as_str()),
+                    ("0-20", r#"{"n":19}"#)
+                );
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 #[test]
@@ -568,7 +588,9 @@ fn purge_removes_revisions_entirely() {
             ("zz".into(), vec![r1.clone()]),
         ])
         .unwrap();
-    assert_eq!(out.purge_seq, 1);
+    // As in CouchDB: every id of the request takes a purge sequence, even
+    // one that purged nothing, and the request advances update_seq.
+    assert_eq!(out.purge_seq, 2);
     assert_eq!(
         out.purged,
         vec![("a".to_string(), vec![r1]), ("zz".to_string(), vec![])]
@@ -576,8 +598,9 @@ fn purge_removes_revisions_entirely() {
     let info = db.info().unwrap();
     assert_eq!(
         (info.doc_count, info.doc_del_count, info.purge_seq),
-        (1, 0, 1)
+        (1, 0, 2)
     );
+    assert_eq!(info.update_seq, 3);
     assert!(matches!(
         db.reader().unwrap().get("a", &GetOptions::default()),
         Err(Error::NotFound("missing"))

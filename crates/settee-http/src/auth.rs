@@ -51,7 +51,10 @@ impl UserCtx {
     }
 }
 
-/// Hashes a password as `-pbkdf2:sha256-<derived hex>,<salt hex>,<iterations>`.
+/// Hashes a password as CouchDB 3.4 does:
+/// `-pbkdf2:sha256-<derived hex>,<salt>,<iterations>`, where the salt is 32
+/// random hex digits used *as text* (CouchDB feeds the salt string itself to
+/// PBKDF2, so hashes move between CouchDB and Settee unchanged).
 pub fn hash_password(password: &str) -> String {
     hash_with_iterations(password, PBKDF2_ITERATIONS)
 }
@@ -59,18 +62,27 @@ pub fn hash_password(password: &str) -> String {
 fn hash_with_iterations(password: &str, iterations: u32) -> String {
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
+    let salt = hex::encode(salt);
     let mut out = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, iterations, &mut out);
-    format!(
-        "{HASH_PREFIX}{},{},{iterations}",
-        hex::encode(out),
-        hex::encode(salt)
-    )
+    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), salt.as_bytes(), iterations, &mut out);
+    format!("{HASH_PREFIX}{},{salt},{iterations}", hex::encode(out))
 }
 
-/// Checks a password against a stored hash.
+/// Whether a configured admin value is already a hash (stored as given).
+pub fn is_password_hash(value: &str) -> bool {
+    value.starts_with("-pbkdf2-") || value.starts_with("-pbkdf2:")
+}
+
+/// Checks a password against a stored hash: `-pbkdf2-…` (HMAC-SHA1, CouchDB
+/// before 3.4), `-pbkdf2:sha256-…` or `-pbkdf2:sha512-…`.
 pub fn verify_password(stored: &str, password: &str) -> bool {
-    let Some(rest) = stored.strip_prefix(HASH_PREFIX) else {
+    let (prf, rest) = if let Some(r) = stored.strip_prefix("-pbkdf2-") {
+        ("sha", r)
+    } else if let Some(r) = stored.strip_prefix(HASH_PREFIX) {
+        ("sha256", r)
+    } else if let Some(r) = stored.strip_prefix("-pbkdf2:sha512-") {
+        ("sha512", r)
+    } else {
         return false;
     };
     let mut parts = rest.split(',');
@@ -79,18 +91,30 @@ pub fn verify_password(stored: &str, password: &str) -> bool {
     else {
         return false;
     };
-    let (Ok(derived), Ok(salt), Ok(iters)) = (
-        hex::decode(derived),
-        hex::decode(salt),
-        iters.parse::<u32>(),
-    ) else {
+    let (Ok(derived), Ok(iters)) = (hex::decode(derived), iters.parse::<u32>()) else {
         return false;
     };
-    if derived.len() != 32 || iters == 0 || iters > 10_000_000 {
+    if iters == 0 || iters > 10_000_000 {
         return false;
     }
-    let mut out = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), &salt, iters, &mut out);
+    let (pw, salt) = (password.as_bytes(), salt.as_bytes());
+    let out: Vec<u8> = match prf {
+        "sha" => {
+            let mut o = [0u8; 20];
+            pbkdf2::pbkdf2_hmac::<sha1::Sha1>(pw, salt, iters, &mut o);
+            o.to_vec()
+        }
+        "sha256" => {
+            let mut o = [0u8; 32];
+            pbkdf2::pbkdf2_hmac::<Sha256>(pw, salt, iters, &mut o);
+            o.to_vec()
+        }
+        _ => {
+            let mut o = [0u8; 64];
+            pbkdf2::pbkdf2_hmac::<sha2::Sha512>(pw, salt, iters, &mut o);
+            o.to_vec()
+        }
+    };
     constant_time_eq(&out, &derived)
 }
 
@@ -153,9 +177,12 @@ impl Auth {
         let bad = || ApiError::unauthorized("Name or password is incorrect.");
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
-            .map_err(|_| bad())?;
+            .map_err(|_| ApiError::bad_request("Authorization header has invalid base64 value"))?;
         let text = String::from_utf8(decoded).map_err(|_| bad())?;
-        let (user, password) = text.split_once(':').ok_or_else(bad)?;
+        // Credentials without a colon are no credentials (anonymous), as in CouchDB.
+        let Some((user, password)) = text.split_once(':') else {
+            return Ok(UserCtx::default());
+        };
         let stored = self.config.get(ADMINS, user).ok_or_else(bad)?;
         let key = cache_key(&stored, user, password);
         if !self.is_cached(user, &key) {
@@ -179,7 +206,7 @@ impl Auth {
 
     /// Sets an admin's password (hashing it), as `PUT /_node/_local/_config/admins/NAME` does.
     pub fn set_admin(&self, user: &str, password: &str) -> ApiResult<Option<String>> {
-        let stored = if password.starts_with(HASH_PREFIX) {
+        let stored = if is_password_hash(password) {
             password.to_string()
         } else {
             hash_password(password)
@@ -247,6 +274,15 @@ pub fn require_db_reader(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
     Ok(())
 }
 
+/// Database-admin operations (compaction, view clean-up, `_revs_limit`
+/// changes): a member check first (so a stranger hears "not authorized to
+/// access this db", as from CouchDB), then a db admin, which with an empty
+/// `_security` object is a server admin.
+pub fn require_db_admin(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
+    require_db_reader(settings, user)?;
+    require_design_writer(user)
+}
+
 /// Writing non-design documents: like reading (members may write).
 pub fn require_db_writer(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
     require_db_reader(settings, user)
@@ -287,6 +323,13 @@ mod tests {
         assert!(!verify_password(&h, "s3cre"));
         assert!(!verify_password("garbage", "s3cret"));
         assert!(!verify_password("-pbkdf2:sha256-zz,00,1", "x"));
+        // Hashes as CouchDB stores them (salt used as text): SHA-1 and SHA-256.
+        let sha1 =
+            "-pbkdf2-4f414b2abaa5d15af1a95e18ff5fb772cbb8bdba,0123456789abcdef0123456789abcdef,10";
+        assert!(verify_password(sha1, "s3cret"));
+        assert!(!verify_password(sha1, "wrong"));
+        let sha256 = "-pbkdf2:sha256-c3f3c16b6f6a5886fba4b40f544d97270f5840eb9a71064d1cc3796e9b304c42,0123456789abcdef0123456789abcdef,10";
+        assert!(verify_password(sha256, "s3cret"));
     }
 
     fn basic(user: &str, password: &str) -> HeaderMap {

@@ -37,6 +37,8 @@ pub enum UuidAlgorithm {
     Sequential,
     Random,
     UtcRandom,
+    /// Microseconds since the epoch (14 hex digits) + `[uuids] utc_id_suffix`.
+    UtcId,
 }
 
 /// CORS settings (`[chttpd] enable_cors`, `[cors] …`).
@@ -62,15 +64,22 @@ pub struct Settings {
     pub max_bulk_get_count: u64,
     /// `[couchdb] default_security`: `everyone` (what a database with an
     /// empty `_security` object allows: anyone reads and writes non-design
-    /// documents) or `admin_only` (only server admins).
+    /// documents) or `admin_only` (only server admins; CouchDB 3's default).
     pub default_security_admin_only: bool,
     /// `[chttpd] admin_only_all_dbs` (CouchDB 3 default true).
     pub admin_only_all_dbs: bool,
     pub uuid_algorithm: UuidAlgorithm,
+    /// `[uuids] utc_id_suffix`, appended by the `utc_id` algorithm.
+    pub utc_id_suffix: String,
+    /// `[chttpd] max_db_number_for_dbs_info_req`: most names one
+    /// `POST /_dbs_info` may ask for (CouchDB's default is 100).
+    pub max_db_number_for_dbs_info_req: usize,
     pub uuid_max_count: u64,
     /// `[chttpd] changes_timeout`: default timeout of longpoll and continuous feeds.
     pub changes_timeout_ms: u64,
     pub cors: Cors,
+    /// `[chttpd] allow_jsonp`: wrap JSON responses in `?callback=` (off by default).
+    pub allow_jsonp: bool,
 }
 
 impl Settings {
@@ -92,15 +101,24 @@ impl Settings {
             ),
             max_bulk_docs_count: number("couchdb", "max_bulk_docs_count", DEFAULT_MAX_BULK_DOCS),
             max_bulk_get_count: number("couchdb", "max_bulk_get_count", DEFAULT_MAX_BULK_GET),
-            default_security_admin_only: get("couchdb", "default_security") == Some("admin_only"),
+            default_security_admin_only: get("couchdb", "default_security") != Some("everyone"),
             admin_only_all_dbs: boolean("chttpd", "admin_only_all_dbs", true),
             uuid_algorithm: match get("uuids", "algorithm") {
                 Some("random") => UuidAlgorithm::Random,
                 Some("utc_random") => UuidAlgorithm::UtcRandom,
+                Some("utc_id") => UuidAlgorithm::UtcId,
                 _ => UuidAlgorithm::Sequential,
             },
             uuid_max_count: number("uuids", "max_count", 1000),
+            utc_id_suffix: get("uuids", "utc_id_suffix").unwrap_or("").to_string(),
+            max_db_number_for_dbs_info_req: usize::try_from(number(
+                "chttpd",
+                "max_db_number_for_dbs_info_req",
+                100,
+            ))
+            .unwrap_or(usize::MAX),
             changes_timeout_ms: number("chttpd", "changes_timeout", 60_000),
+            allow_jsonp: boolean("chttpd", "allow_jsonp", false),
             cors: Cors {
                 enabled: boolean("chttpd", "enable_cors", false),
                 origins: get("cors", "origins")
@@ -138,6 +156,7 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         ("couchdb", "delayed_commits")
         | ("chttpd", "enable_cors")
         | ("chttpd", "admin_only_all_dbs")
+        | ("chttpd", "allow_jsonp")
         | ("cors", "credentials")
             if parse_bool(value).is_none() =>
         {
@@ -149,6 +168,7 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         | ("chttpd", "max_http_request_size")
         | ("chttpd", "changes_timeout")
         | ("uuids", "max_count")
+        | ("chttpd", "max_db_number_for_dbs_info_req")
         | ("cors", "max_age")
             if !value.trim().parse::<u64>().is_ok_and(|n| n > 0) =>
         {
@@ -157,8 +177,10 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         ("couchdb", "default_security") if !matches!(value, "everyone" | "admin_only") => {
             "everyone or admin_only"
         }
-        ("uuids", "algorithm") if !matches!(value, "sequential" | "random" | "utc_random") => {
-            "sequential, random or utc_random"
+        ("uuids", "algorithm")
+            if !matches!(value, "sequential" | "random" | "utc_random" | "utc_id") =>
+        {
+            "sequential, random, utc_random or utc_id"
         }
         _ => return Ok(()),
     };
@@ -166,6 +188,14 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         "Invalid value for [{section}] {key}: expected {expected}"
     )))
 }
+
+/// Settings CouchDB's `default.ini` lists that clients read back (e.g.
+/// Fauxton and PouchDB's authentication plugins look up the users
+/// database); shown under stored values, never written to `settee.ini`.
+const DEFAULTS: &[(&str, &str, &str)] = &[
+    ("couch_httpd_auth", "authentication_db", "_users"),
+    ("chttpd", "bind_address", "127.0.0.1"),
+];
 
 /// The configuration store.
 pub struct Config {
@@ -256,16 +286,30 @@ impl Config {
         self.settings.read().clone()
     }
 
+    /// Every setting: the stored ones over [`DEFAULTS`].
     pub fn all(&self) -> Sections {
-        self.sections.lock().clone()
+        let mut out = Sections::new();
+        for (sec, key, value) in DEFAULTS {
+            out.entry((*sec).to_string())
+                .or_default()
+                .insert((*key).to_string(), (*value).to_string());
+        }
+        for (sec, keys) in self.sections.lock().iter() {
+            out.entry(sec.clone()).or_default().extend(keys.clone());
+        }
+        out
     }
 
     pub fn section(&self, section: &str) -> BTreeMap<String, String> {
-        self.sections
-            .lock()
-            .get(section)
-            .cloned()
-            .unwrap_or_default()
+        let mut out: BTreeMap<String, String> = DEFAULTS
+            .iter()
+            .filter(|(s, _, _)| *s == section)
+            .map(|(_, k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        if let Some(m) = self.sections.lock().get(section) {
+            out.extend(m.clone());
+        }
+        out
     }
 
     pub fn get(&self, section: &str, key: &str) -> Option<String> {
@@ -274,12 +318,22 @@ impl Config {
             .get(section)
             .and_then(|m| m.get(key))
             .cloned()
+            .or_else(|| {
+                DEFAULTS
+                    .iter()
+                    .find(|(s, k, _)| *s == section && *k == key)
+                    .map(|(_, _, v)| (*v).to_string())
+            })
     }
 
     /// Sets a value (validated) and persists; returns the previous value.
     pub fn set(&self, section: &str, key: &str, value: &str) -> ApiResult<Option<String>> {
         checked_name(section, "section")?;
         checked_name(key, "key")?;
+        if !value.is_ascii() {
+            // CouchDB keeps its ini files ASCII and refuses anything else.
+            return Err(ApiError::bad_request("Invalid configuration value"));
+        }
         if value.contains(['\n', '\r']) {
             return Err(ApiError::bad_request(
                 "Config values must be single-line strings",

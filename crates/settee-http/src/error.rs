@@ -186,6 +186,11 @@ impl From<NameError> for ApiError {
                 "illegal_database_name",
                 e.to_string(),
             ),
+            NameError::DbNameTooLong(_) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "database_name_too_long",
+                e.to_string(),
+            ),
             _ => ApiError::new(StatusCode::BAD_REQUEST, "illegal_docid", e.to_string()),
         }
     }
@@ -198,6 +203,9 @@ impl From<DocError> for ApiError {
             DocError::Validation(r) => ApiError::new(StatusCode::BAD_REQUEST, "doc_validation", r),
             DocError::IllegalId(n) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "illegal_docid", n.to_string())
+            }
+            DocError::InvalidDesignDoc(r) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_design_doc", r)
             }
         }
     }

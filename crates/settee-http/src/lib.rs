@@ -58,13 +58,18 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
     let settings = app.config.settings();
     let origin = req.headers().get(header::ORIGIN).cloned();
     let cors_origin = origin.filter(|o| cors_allowed(&settings, o));
+    let path_for_id = req.uri().path().to_string();
     let mut resp = if cors_origin.is_some() && req.method() == Method::OPTIONS {
         preflight(&settings)
     } else {
         route(&app, req, settings.clone()).await
     };
+    let status = resp.status();
     let h = resp.headers_mut();
     h.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
+    if sends_request_id(&path_for_id, status) {
+        h.insert(REQUEST_ID, request_id());
+    }
     if let Some(origin) = cors_origin {
         let wildcard = settings.cors.origins.iter().any(|o| o == "*") && !settings.cors.credentials;
         h.insert(
@@ -88,6 +93,27 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
     }
     app.stats.count_status(resp.status().as_u16());
     resp
+}
+
+/// CouchDB tags every response with a request id except `/favicon.ico`,
+/// a successful `/_membership`, and `/_uuids` answers other than its 400s.
+fn sends_request_id(path: &str, status: StatusCode) -> bool {
+    match path.trim_end_matches('/') {
+        "/favicon.ico" => false,
+        "/_uuids" => status == StatusCode::BAD_REQUEST,
+        "/_membership" => status != StatusCode::OK,
+        _ => true,
+    }
+}
+
+const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-couch-request-id");
+
+/// A request identifier as CouchDB sends it: 10 random lowercase hex digits
+/// (a thread-local generator; no lock on the request path).
+fn request_id() -> HeaderValue {
+    use rand::Rng;
+    let n: u64 = rand::rng().random::<u64>() & 0xff_ffff_ffff;
+    HeaderValue::from_str(&format!("{n:010x}")).unwrap_or(HeaderValue::from_static("0000000000"))
 }
 
 fn cors_allowed(settings: &Settings, origin: &HeaderValue) -> bool {
@@ -116,8 +142,11 @@ fn preflight(settings: &Settings) -> Response {
     resp
 }
 
-/// Splits a raw path into percent-decoded segments (`/a%2Fb/c` → `a/b`, `c`);
-/// a trailing `/` is ignored.
+/// Splits a raw path into decoded segments as CouchDB (mochiweb) does:
+/// `+` is a space, `%XX` a byte (`/a%2Fb/c` → `a/b`, `c`); empty segments
+/// (`//db`, a trailing `/`) are ignored. A `%` not followed by two hex digits is 400
+/// `invalid_url_encoding`; bytes that are not UTF-8 are refused too (as an
+/// illegal document id past the database segment).
 fn split_path(path: &str) -> ApiResult<Vec<String>> {
     let trimmed = path.strip_prefix('/').unwrap_or(path);
     let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
@@ -126,34 +155,105 @@ fn split_path(path: &str) -> ApiResult<Vec<String>> {
     }
     trimmed
         .split('/')
-        .map(|s| {
-            percent_decode_str(s)
+        .filter(|s| !s.is_empty())
+        .enumerate()
+        .map(|(i, s)| {
+            let b = s.as_bytes();
+            let bad_escape = b.iter().enumerate().any(|(j, &c)| {
+                c == b'%'
+                    && !(b.get(j + 1).is_some_and(u8::is_ascii_hexdigit)
+                        && b.get(j + 2).is_some_and(u8::is_ascii_hexdigit))
+            });
+            if bad_escape {
+                return Err(ApiError::bad_request("invalid_url_encoding"));
+            }
+            let spaced = s.replace('+', " ");
+            percent_decode_str(&spaced)
                 .decode_utf8()
                 .map(|c| c.into_owned())
                 .map_err(|_| {
-                    ApiError::bad_request("URL path is not valid UTF-8 after percent-decoding")
+                    if i == 0 {
+                        ApiError::bad_request("URL path is not valid UTF-8 after percent-decoding")
+                    } else {
+                        ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            "illegal_docid",
+                            "Document id must be valid UTF-8",
+                        )
+                    }
                 })
         })
         .collect()
+}
+
+/// CouchDB answers a GET of `/db/_design%2Fname` with a redirect to
+/// `/db/_design/name`; the target, if this is such a request.
+fn design_redirect(
+    method: &Method,
+    raw_path: &str,
+    headers: &axum::http::HeaderMap,
+) -> Option<Response> {
+    if method != Method::GET {
+        return None;
+    }
+    let rest = raw_path.strip_prefix('/')?;
+    let (db, doc) = rest.split_once('/')?;
+    // `get` keeps a multi-byte character at byte 10 from panicking the slice.
+    let (head, name) = (doc.get(..10)?, doc.get(10..)?);
+    if !head.eq_ignore_ascii_case("_design%2F") || doc.contains('/') {
+        return None;
+    }
+    let host = headers
+        .get("x-forwarded-host")
+        .or_else(|| headers.get(header::HOST))?
+        .to_str()
+        .ok()?;
+    let loc = HeaderValue::from_str(&format!("http://{host}/{db}/_design/{name}")).ok()?;
+    let mut resp = StatusCode::MOVED_PERMANENTLY.into_response();
+    resp.headers_mut().insert(header::LOCATION, loc);
+    Some(resp)
 }
 
 /// Routes one request; afterwards drains what the handler left of the body
 /// (see [`Req::settle_body`]) and marks the response `Connection: close`
 /// when the connection cannot be reused.
 async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> Response {
-    let (parts, body) = req.into_parts();
-    let prelude = match split_path(parts.uri.path()) {
-        Ok(segs) => app
+    let (mut parts, body) = req.into_parts();
+    if let Some(resp) = design_redirect(&parts.method, parts.uri.path(), &parts.headers) {
+        return resp;
+    }
+    method_override(&mut parts.method, &parts.headers);
+    let query = Query::parse(parts.uri.query());
+    let jsonp = match jsonp_callback(&settings, &query) {
+        Ok(cb) => cb,
+        Err(e) => return e.into_response(),
+    };
+    let accepts_html = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    let prelude = match (
+        content_encoding(&parts.headers),
+        split_path(parts.uri.path()),
+    ) {
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        (Ok(()), Ok(segs)) => app
             .auth
             .authenticate(&parts.headers)
             .await
             .map(|u| (segs, u)),
-        Err(e) => Err(e),
     };
     let (result, reusable) = match prelude {
         Ok((segs, user)) => {
-            let query = Query::parse(parts.uri.query());
-            let mut req = Req::new(parts.method, parts.headers, query, user, settings, body);
+            let mut req = Req::new(
+                parts.method,
+                parts.headers.clone(),
+                query,
+                user,
+                settings,
+                body,
+            );
             let result = routes::dispatch(app, &mut req, &segs).await;
             (result, req.settle_body().await)
         }
@@ -162,10 +262,135 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
             request::drain_unread(Some(body), &parts.headers).await,
         ),
     };
-    let mut resp = result.unwrap_or_else(IntoResponse::into_response);
+    let mut resp = match result {
+        Ok(r) => r,
+        Err(e) if accepts_html && e.status == StatusCode::UNAUTHORIZED => {
+            login_redirect(&parts.headers, parts.uri.path(), &e)
+        }
+        Err(e) => e.into_response(),
+    };
+    if let Some(cb) = jsonp {
+        resp = wrap_jsonp(resp, &cb).await;
+    }
     if !reusable {
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// `X-HTTP-Method-Override` on a POST replaces its method (CouchDB honours
+/// it on POST only).
+fn method_override(method: &mut Method, headers: &axum::http::HeaderMap) {
+    if *method != Method::POST {
+        return;
+    }
+    if let Some(m) = headers
+        .get("x-http-method-override")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Method::from_bytes(v.trim().as_bytes()).ok())
+    {
+        *method = m;
+    }
+}
+
+/// 415 for a request body in an encoding other than gzip (inflated before
+/// routing) or identity.
+fn content_encoding(headers: &axum::http::HeaderMap) -> ApiResult<()> {
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+    {
+        None => Ok(()),
+        Some(e) if e == "identity" => Ok(()),
+        Some(e) => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_content_type",
+            format!("{e} is not a supported content encoding."),
+        )),
+    }
+}
+
+/// With `[chttpd] allow_jsonp`, the `callback` parameter (which must be a
+/// JavaScript identifier path) names the function to wrap the JSON in.
+fn jsonp_callback(settings: &Settings, query: &Query) -> ApiResult<Option<String>> {
+    if !settings.allow_jsonp {
+        return Ok(None);
+    }
+    let Some(cb) = query.get("callback") else {
+        return Ok(None);
+    };
+    let ok = !cb.is_empty()
+        && cb.len() <= 128
+        && cb
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'$' | b'[' | b']'));
+    if ok {
+        Ok(Some(cb.to_string()))
+    } else {
+        Err(ApiError::bad_request("invalid_callback"))
+    }
+}
+
+/// Largest JSON response JSONP wraps (it buffers the body).
+const JSONP_MAX: usize = 64 << 20;
+
+/// `/* CouchDB */cb(<json>);` as `application/javascript`.
+async fn wrap_jsonp(resp: Response, cb: &str) -> Response {
+    use http_body_util::BodyExt;
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let limited = http_body_util::Limited::new(body, JSONP_MAX);
+    let Ok(collected) = limited.collect().await else {
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "error",
+            "response too large for JSONP",
+        )
+        .into_response();
+    };
+    let bytes = collected.to_bytes();
+    let json = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    let mut out = Vec::with_capacity(json.len() + cb.len() + 20);
+    out.extend_from_slice(b"/* CouchDB */");
+    out.extend_from_slice(cb.as_bytes());
+    out.push(b'(');
+    out.extend_from_slice(json);
+    out.extend_from_slice(b");\n");
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/javascript"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(out))
+}
+
+/// A browser (`Accept: text/html`) refused with 401 is sent to the login
+/// page instead, the JSON error still in the body (CouchDB's behaviour).
+fn login_redirect(headers: &axum::http::HeaderMap, path: &str, e: &ApiError) -> Response {
+    use percent_encoding::utf8_percent_encode;
+    use routes::db::URL_ENCODE;
+    let host = headers
+        .get("x-forwarded-host")
+        .or_else(|| headers.get(header::HOST))
+        .and_then(|v| v.to_str().ok());
+    let mut resp = e.clone().into_response();
+    if let Some(host) = host {
+        let loc = format!(
+            "http://{host}/_utils/session.html?return={}&reason={}",
+            utf8_percent_encode(path, URL_ENCODE),
+            utf8_percent_encode(&e.reason, URL_ENCODE)
+        );
+        if let Ok(v) = HeaderValue::from_str(&loc) {
+            *resp.status_mut() = StatusCode::FOUND;
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
     }
     resp
 }
@@ -183,5 +408,27 @@ mod tests {
             vec!["a/b", "_design", "x"]
         );
         assert!(split_path("/%ff").is_err());
+        assert_eq!(split_path("/db/a+b").unwrap(), vec!["db", "a b"]);
+        assert_eq!(split_path("/db/a%2Bb").unwrap(), vec!["db", "a+b"]);
+        assert_eq!(
+            split_path("/db/a%ZZb").unwrap_err().reason,
+            "invalid_url_encoding"
+        );
+        assert_eq!(split_path("/db/%FF%FE").unwrap_err().error, "illegal_docid");
+        assert!(split_path("/db/a%2").is_err());
+    }
+
+    #[test]
+    fn design_redirect_only_for_encoded_design_ids() {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("h:1"));
+        let r = design_redirect(&Method::GET, "/db/_design%2Fd1", &h).expect("redirect");
+        assert_eq!(r.status(), StatusCode::MOVED_PERMANENTLY);
+        assert_eq!(r.headers()[header::LOCATION], "http://h:1/db/_design/d1");
+        assert!(design_redirect(&Method::PUT, "/db/_design%2Fd1", &h).is_none());
+        // A multi-byte character across byte 10 of the id (found by the
+        // hostile-request generator: it panicked the slice).
+        assert!(design_redirect(&Method::GET, "/db/aaaaaaaaa\u{e9}", &h).is_none());
+        assert!(design_redirect(&Method::GET, "/db/_design/x", &h).is_none());
     }
 }

@@ -65,7 +65,9 @@ pub fn push_u64(out: &mut String, n: u64) {
 }
 
 /// A JSON response from prepared text.
-pub fn json_response(status: StatusCode, body: String) -> Response {
+/// A JSON response; like CouchDB's, the body ends with a newline.
+pub fn json_response(status: StatusCode, mut body: String) -> Response {
+    body.push('\n');
     let mut resp = Response::new(HttpBody::from(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
@@ -184,11 +186,24 @@ pub fn doc_string(d: &DocRead, extras: Extras) -> String {
 
 /// Renders a `_local` document.
 pub fn push_local_doc(out: &mut String, id: &str, rev: &str, body: &Body) {
+    push_local_doc_with(out, id, rev, body, false);
+}
+
+/// Renders a `_local` document (`rev` is `0-N`). With `revisions`, its
+/// one-revision history as CouchDB shows it: `{"start":0,"ids":["N"]}`.
+pub fn push_local_doc_with(out: &mut String, id: &str, rev: &str, body: &Body, revisions: bool) {
     out.push_str("{\"_id\":");
     push_str(out, id);
     out.push_str(",\"_rev\":");
     push_str(out, rev);
     push_body_members(out, body.as_str());
+    if revisions {
+        // Local revisions are `0-N`: CouchDB shows `N` as the one id.
+        let n = rev.split_once('-').map_or(rev, |(_, n)| n);
+        out.push_str(",\"_revisions\":{\"start\":0,\"ids\":[");
+        push_str(out, n);
+        out.push_str("]}");
+    }
     out.push('}');
 }
 
@@ -221,6 +236,21 @@ mod tests {
             assert_eq!(v["_conflicts"][0], "2-zzz");
             assert_eq!(v["_local_seq"], 7);
         }
+    }
+
+    #[test]
+    fn renders_local_docs() {
+        let body = Body::from_stored(r#"{"a":1}"#.into());
+        let mut s = String::new();
+        push_local_doc(&mut s, "_local/x", "0-2", &body);
+        assert_eq!(s, r#"{"_id":"_local/x","_rev":"0-2","a":1}"#);
+        s.clear();
+        push_local_doc_with(&mut s, "_local/x", "0-2", &body, true);
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(
+            v["_revisions"],
+            serde_json::json!({"start": 0, "ids": ["2"]})
+        );
     }
 
     #[test]

@@ -35,9 +35,10 @@ use crate::config::Settings;
 use crate::error::{ApiError, ApiResult};
 
 /// Deepest JSON nesting accepted in a request body. CouchDB has no
-/// documented limit; 64 levels is far beyond real documents and keeps
-/// recursive processing (rendering, selectors) cheap and stack-safe.
-pub const MAX_JSON_DEPTH: usize = 64;
+/// documented limit (it takes 1000 levels); 127 levels is far beyond real
+/// documents, stays within serde_json's own recursion limit (128), and keeps
+/// recursive processing (rendering, collation, selectors) stack-safe.
+pub const MAX_JSON_DEPTH: usize = 127;
 /// Most bytes of an unread (or oversized) body read and dropped after the
 /// response so that the connection stays reusable; beyond it, the
 /// connection is closed.
@@ -83,7 +84,7 @@ impl Query {
             Some("true") => Ok(Some(true)),
             Some("false") => Ok(Some(false)),
             Some(v) => Err(ApiError::query_parse(format!(
-                "Invalid boolean parameter: \"{v}\" for {key}"
+                "Invalid boolean parameter: \"{v}\""
             ))),
         }
     }
@@ -95,10 +96,14 @@ impl Query {
     pub fn u64(&self, key: &str) -> ApiResult<Option<u64>> {
         match self.get(key) {
             None => Ok(None),
+            // CouchDB's wording: a negative integer is not a "positive
+            // integer", anything else not an "integer".
             Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
-                ApiError::query_parse(format!(
-                    "Invalid value for integer parameter {key}: \"{v}\""
-                ))
+                if v.parse::<i64>().is_ok() {
+                    ApiError::query_parse(format!("Invalid value for positive integer: \"{v}\""))
+                } else {
+                    ApiError::query_parse(format!("Invalid value for integer: \"{v}\""))
+                }
             }),
         }
     }
@@ -107,9 +112,7 @@ impl Query {
     pub fn json(&self, keys: &[&str]) -> ApiResult<Option<Value>> {
         match self.get_any(keys) {
             None => Ok(None),
-            Some(v) => parse_json_bytes(v.as_bytes()).map(Some).map_err(|_| {
-                ApiError::query_parse(format!("Invalid JSON value for {}: {v}", keys[0]))
-            }),
+            Some(v) => parse_json_bytes(v.as_bytes()).map(Some),
         }
     }
 
@@ -254,6 +257,11 @@ impl Req {
             Ok(Err(e)) => {
                 if is_length_limit(&*e) {
                     Err(ApiError::request_too_large())
+                } else if e.to_string().contains("gzip") {
+                    // The only decoder between the socket and here is gzip's.
+                    Err(ApiError::bad_request(
+                        "Request body is not properly gzipped.",
+                    ))
                 } else {
                     Err(ApiError::bad_request(format!(
                         "cannot read request body: {e}"
@@ -273,6 +281,17 @@ impl Req {
     pub async fn json<T: DeserializeOwned>(&mut self) -> ApiResult<T> {
         let bytes = self.json_bytes().await?;
         serde_json::from_slice(&bytes).map_err(body_error)
+    }
+
+    /// The body of a JSON request as a JSON object, requiring a JSON
+    /// content type; any other JSON value is CouchDB's 400 "Request body
+    /// must be a JSON object".
+    pub async fn json_object(&mut self) -> ApiResult<Map<String, Value>> {
+        let bytes = self.json_bytes().await?;
+        match parse_json_bytes(&bytes)? {
+            Value::Object(m) => Ok(m),
+            _ => Err(ApiError::bad_request("Request body must be a JSON object")),
+        }
     }
 
     /// The body of a JSON request, checked for content type, size and

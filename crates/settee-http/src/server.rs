@@ -191,7 +191,9 @@ async fn serve_thread(
     let router = crate::router(app).layer(CatchPanicLayer::custom(panic_response));
     let svc = ServiceBuilder::new()
         .layer(CompressionLayer::new().compress_when(DefaultPredicate::new().and(NotMarked)))
-        .layer(RequestDecompressionLayer::new())
+        // gzip request bodies are inflated here; any other encoding passes
+        // through to the router, which refuses it as CouchDB does (415).
+        .layer(RequestDecompressionLayer::new().pass_through_unaccepted(true))
         .service(router);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     while let Some((stream, permit)) = incoming.recv().await {

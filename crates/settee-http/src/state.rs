@@ -93,7 +93,7 @@ impl AppState {
         let server_uuid = match config.get("couchdb", "uuid") {
             Some(u) => u,
             None => {
-                let u = Uuids::default().next(crate::config::UuidAlgorithm::Random);
+                let u = Uuids::default().next(crate::config::UuidAlgorithm::Random, "");
                 // Failing to persist only means a new uuid next start.
                 if let Err(e) = config.set("couchdb", "uuid", &u) {
                     tracing::warn!(reason = %e.reason, "cannot store server uuid");
@@ -122,6 +122,7 @@ impl AppState {
     }
 
     pub fn new_uuid(&self) -> String {
-        self.uuids.next(self.config.settings().uuid_algorithm)
+        let s = self.config.settings();
+        self.uuids.next(s.uuid_algorithm, &s.utc_id_suffix)
     }
 }

@@ -1,5 +1,6 @@
 //! Identifier generation (`/_uuids` and ids of documents POSTed without
-//! `_id`), with CouchDB's three algorithms.
+//! `_id`), with CouchDB's four algorithms (`random`, `sequential`, `utc_random`,
+//! `utc_id` with `[uuids] utc_id_suffix`).
 //!
 //! Invariant: `sequential` ids from one generator strictly increase (a
 //! random 26-hex-digit prefix plus a 6-hex-digit counter advanced by a
@@ -34,16 +35,21 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(b)
 }
 
+/// Microseconds since the epoch, in 14 hex digits' worth.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+        & 0x00ff_ffff_ffff_ffff
+}
+
 impl Uuids {
-    pub fn next(&self, algo: UuidAlgorithm) -> String {
+    /// The next id; `suffix` is `[uuids] utc_id_suffix` (used by `utc_id`).
+    pub fn next(&self, algo: UuidAlgorithm, suffix: &str) -> String {
         match algo {
+            UuidAlgorithm::UtcId => format!("{:014x}{suffix}", now_us()),
             UuidAlgorithm::Random => random_hex(16),
-            UuidAlgorithm::UtcRandom => {
-                let us = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_micros() as u64);
-                format!("{:014x}{}", us & 0x00ff_ffff_ffff_ffff, &random_hex(9))
-            }
+            UuidAlgorithm::UtcRandom => format!("{:014x}{}", now_us(), &random_hex(9)),
             UuidAlgorithm::Sequential => {
                 let mut g = self.seq.lock();
                 let step = rand::rng().random_range(1..0xff);
@@ -67,14 +73,17 @@ mod tests {
         let u = Uuids::default();
         let mut last = String::new();
         for _ in 0..100_000 {
-            let id = u.next(UuidAlgorithm::Sequential);
+            let id = u.next(UuidAlgorithm::Sequential, "");
             assert_eq!(id.len(), 32);
             if id[..26] == last.get(..26).unwrap_or("")[..] {
                 assert!(id > last);
             }
             last = id;
         }
-        assert_eq!(u.next(UuidAlgorithm::Random).len(), 32);
-        assert_eq!(u.next(UuidAlgorithm::UtcRandom).len(), 32);
+        assert_eq!(u.next(UuidAlgorithm::Random, "").len(), 32);
+        assert_eq!(u.next(UuidAlgorithm::UtcRandom, "").len(), 32);
+        let id = u.next(UuidAlgorithm::UtcId, "-node1");
+        assert_eq!(id.len(), 14 + 6);
+        assert!(id.ends_with("-node1"));
     }
 }

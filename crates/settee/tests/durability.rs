@@ -24,15 +24,15 @@ fn sigterm_flushes_batch_and_delayed_writes() {
     );
     for i in 0..50 {
         assert_eq!(
-            s.anon("PUT", &format!("/flush/b{i}?batch=ok"), Some("{}"))
+            s.admin("PUT", &format!("/flush/b{i}?batch=ok"), Some("{}"))
                 .status,
             202
         );
     }
-    assert_eq!(s.anon("PUT", "/flush/delayed", Some("{}")).status, 201);
+    assert_eq!(s.admin("PUT", "/flush/delayed", Some("{}")).status, 201);
     assert!(s.stop().success(), "clean exit on SIGTERM");
     let s = Server::start_in(tmp.path(), &[]);
-    let info = s.anon("GET", "/flush", None).json();
+    let info = s.admin("GET", "/flush", None).json();
     assert_eq!(info["doc_count"], 51, "{info}");
 }
 
@@ -41,7 +41,7 @@ fn existing(s: &Server, db: &str, ids: &[String]) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for page in ids.chunks(500) {
         let v = s
-            .anon(
+            .admin(
                 "POST",
                 &format!("/{db}/_all_docs"),
                 Some(&json!({"keys": page}).to_string()),

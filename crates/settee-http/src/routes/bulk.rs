@@ -4,13 +4,21 @@
 //! - `_bulk_docs` parses the request once, hands all documents to the
 //!   engine in one update call, and answers one result per document in
 //!   input order (`new_edits=false`: only the failures). A malformed
-//!   document fails the whole request before anything is written; a
-//!   per-document refusal (conflict, too large) fails only it. When a scan
-//!   of the raw text shows that no document can be malformed
-//!   ([`cannot_fail`]), documents go to the engine chunk by chunk as they
-//!   are parsed (parsing overlaps writing); otherwise all are parsed first.
+//!   document, or one larger than `max_document_size` (413, as CouchDB),
+//!   fails the whole request before anything is written; a per-document
+//!   refusal (a conflict) fails only it. When a scan of the raw text shows
+//!   that no document can be malformed ([`cannot_fail`]) nor too large
+//!   (no document's text is), documents go to the engine chunk by chunk
+//!   as they are parsed (parsing overlaps writing); otherwise all are
+//!   parsed first.
+//! - `new_edits=false`: every document must name its revision (`_rev` or
+//!   `_revisions`), or the whole request is refused before anything is
+//!   written (CouchDB's 400); such requests are never streamed.
 //! - `all_or_nothing` failures answer 417 with the failing documents and
 //!   write nothing.
+//! - `_bulk_get` answers every entry inside a 200: an entry without `rev`
+//!   gets every leaf (a deleted document's tombstone too), a malformed
+//!   entry or revision gets its error in place, as in CouchDB.
 //! - Request sizes are bounded: `max_bulk_docs_count` / `max_bulk_get_count`.
 
 use std::sync::atomic::Ordering;
@@ -18,7 +26,7 @@ use std::sync::atomic::Ordering;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
@@ -30,7 +38,7 @@ use super::doc::push_open_rev;
 use crate::auth::{require_db_reader, require_db_writer, require_design_writer, UserCtx};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
-use crate::request::{body_error, local_parts, parse_id_revs, parse_rev, Req};
+use crate::request::{body_error, local_parts, parse_id_revs, Req};
 use crate::state::App;
 
 /// The outcome of one document of a `_bulk_docs` request.
@@ -131,7 +139,6 @@ struct Placement {
     locals: Vec<(usize, String, Option<String>, Option<Body>)>,
     /// Documents handed to the engine so far.
     engine: usize,
-    max_size: u64,
 }
 
 impl Placement {
@@ -142,11 +149,6 @@ impl Placement {
             Parsed::Local(id, rev, body) => {
                 self.locals.push((self.slots.len(), id.clone(), rev, body));
                 self.slots.push((id, Slot::Done(Err(DocFailure::NotFound))));
-                None
-            }
-            Parsed::Doc(doc) if doc.body.len() as u64 > self.max_size => {
-                self.slots
-                    .push((doc.id, Slot::Done(Err(DocFailure::TooLarge(0)))));
                 None
             }
             Parsed::Doc(doc) => {
@@ -185,6 +187,10 @@ fn cannot_fail(text: &str) -> bool {
     }
 }
 
+/// CouchDB's refusal of a `new_edits=false` document without a revision.
+const NEEDS_REV: &str =
+    "When `new_edits: false`, the document needs `_rev` or `_revisions` specified";
+
 /// One document of a `_bulk_docs` body, parsed.
 enum Parsed {
     /// A `_local` document: its id, the revision given, its body (none
@@ -201,8 +207,14 @@ fn may_name_local(text: &str) -> bool {
         .any(|i| b[i..].starts_with(b"_local") || b[i..].starts_with(b"\\u"))
 }
 
-/// Parses one document of a `_bulk_docs` body.
-fn parse_doc(app: &App, user: &UserCtx, text: &str) -> ApiResult<Parsed> {
+/// Parses one document of a `_bulk_docs` body, refusing one larger than
+/// `max_size` (CouchDB's 413, naming the id the body gave, if any).
+fn parse_doc(app: &App, user: &UserCtx, text: &str, max_size: u64) -> ApiResult<Parsed> {
+    let generated = std::cell::Cell::new(false);
+    let new_id = || {
+        generated.set(true);
+        app.new_uuid()
+    };
     // Without "_local" (or a \u escape that could spell it) the id cannot
     // name a local document: the fast path applies.
     let doc = if may_name_local(text) {
@@ -218,14 +230,24 @@ fn parse_doc(app: &App, user: &UserCtx, text: &str) -> ApiResult<Parsed> {
                 return Err(ApiError::bad_request("Document must be a JSON object"));
             };
             let (rev, body) = local_parts(map)?;
+            if body.as_ref().is_some_and(|b| b.len() as u64 > max_size) {
+                return Err(ApiError::doc_too_large(&id));
+            }
             return Ok(Parsed::Local(id, rev, body));
         }
-        Doc::from_json(value, || app.new_uuid())?
+        Doc::from_json(value, new_id)?
     } else {
-        Doc::from_json_text(text, || app.new_uuid())?
+        Doc::from_json_text(text, new_id)?
     };
+    if doc.body.len() as u64 > max_size {
+        let id = if generated.get() { "" } else { doc.id.as_str() };
+        return Err(ApiError::doc_too_large(id));
+    }
     if doc.id.starts_with("_design/") {
         require_design_writer(user)?;
+        if !doc.deleted {
+            settee_core::design::validate(&doc.body.to_map())?;
+        }
     }
     Ok(Parsed::Doc(doc))
 }
@@ -237,27 +259,38 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     let bytes = req.json_bytes().await?;
     // The documents stay raw text until each is turned into a `Doc` (see
     // `Doc::from_json_text`).
-    let body = BulkBody::parse(&bytes).map_err(body_error)?;
-    let Some(docs) = body.docs else {
-        return Err(ApiError::bad_request(
-            "POST body must include `docs` parameter.",
-        ));
+    let body = BulkBody::parse(&bytes).map_err(|e| {
+        if e.is_data() {
+            ApiError::bad_request("Request body must be a JSON object")
+        } else {
+            ApiError::invalid_json()
+        }
+    })?;
+    let docs = match (body.docs, body.docs_given) {
+        (Some(docs), _) => docs,
+        (None, false) => {
+            return Err(ApiError::bad_request(
+                "POST body must include `docs` parameter.",
+            ))
+        }
+        (None, true) => return Err(ApiError::bad_request("`docs` parameter must be an array.")),
     };
-    let flag = |raw: Option<&RawValue>, default: bool| {
-        let value: Option<Value> = raw
-            .map(|v| serde_json::from_str(v.get()))
+    let flag = |raw: Option<&RawValue>| -> ApiResult<Option<Value>> {
+        raw.map(|v| serde_json::from_str(v.get()))
             .transpose()
-            .map_err(body_error)?;
-        match value {
-            None | Some(Value::Null) => Ok(default),
-            Some(Value::Bool(b)) => Ok(b),
-            Some(_) => Err(ApiError::bad_request(
-                "`new_edits` and `all_or_nothing` must be booleans",
-            )),
+            .map_err(body_error)
+    };
+    let new_edits = match flag(body.new_edits)? {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => b,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`new_edits` parameter must be a boolean.",
+            ))
         }
     };
-    let new_edits = flag(body.new_edits, true)?;
-    let all_or_nothing = flag(body.all_or_nothing, false)?;
+    // As in CouchDB, anything but `true` is false.
+    let all_or_nothing = flag(body.all_or_nothing)? == Some(Value::Bool(true));
     if docs.len() as u64 > req.settings.max_bulk_docs_count {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -270,8 +303,8 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         slots: Vec::with_capacity(docs.len()),
         locals: Vec::new(),
         engine: 0,
-        max_size: req.settings.max_document_size,
     };
+    let max_size = req.settings.max_document_size;
     let durability = req.commit_durability();
     let opts = UpdateOptions {
         new_edits,
@@ -279,44 +312,60 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         durability: Some(durability),
     };
     let chunk = db.chunk_docs();
-    let outcome: Result<Vec<DocResult>, BulkError> =
-        if !all_or_nothing && docs.len() > chunk && docs.iter().all(|d| cannot_fail(d.get())) {
-            // No document can be refused as malformed: each chunk goes to the
-            // writer as soon as it is parsed, and parsing the next overlaps
-            // writing it.
-            let mut raws = docs.iter();
-            let user = &req.user;
-            let place = &mut place;
-            db.update_chunks_async(opts, || {
-                if raws.len() == 0 {
-                    return None;
-                }
-                let mut out = Vec::with_capacity(chunk);
-                while out.len() < chunk {
-                    let Some(raw) = raws.next() else { break };
-                    match parse_doc(app, user, raw.get()) {
-                        Ok(p) => out.extend(place.place(p)),
-                        Err(e) => return Some(Err(BulkError::Api(e))),
-                    }
-                }
-                Some(Ok((out, raws.len() == 0)))
-            })
-            .await
-        } else {
-            // A malformed document fails the request before anything is written.
-            let parsed = docs
-                .iter()
-                .map(|raw| parse_doc(app, &req.user, raw.get()))
-                .collect::<ApiResult<Vec<Parsed>>>()?;
-            let engine_docs: Vec<Doc> = parsed.into_iter().filter_map(|p| place.place(p)).collect();
-            if engine_docs.is_empty() {
-                Ok(Vec::new())
-            } else {
-                db.update_async(engine_docs, opts)
-                    .await
-                    .map_err(BulkError::Engine)
+    // A document's body is never longer than its text: none can be too large.
+    let outcome: Result<Vec<DocResult>, BulkError> = if new_edits
+        && !all_or_nothing
+        && docs.len() > chunk
+        && docs
+            .iter()
+            .all(|d| cannot_fail(d.get()) && d.get().len() as u64 <= max_size)
+    {
+        // No document can be refused as malformed: each chunk goes to the
+        // writer as soon as it is parsed, and parsing the next overlaps
+        // writing it.
+        let mut raws = docs.iter();
+        let user = &req.user;
+        let place = &mut place;
+        db.update_chunks_async(opts, || {
+            if raws.len() == 0 {
+                return None;
             }
-        };
+            let mut out = Vec::with_capacity(chunk);
+            while out.len() < chunk {
+                let Some(raw) = raws.next() else { break };
+                match parse_doc(app, user, raw.get(), max_size) {
+                    Ok(p) => out.extend(place.place(p)),
+                    Err(e) => return Some(Err(BulkError::Api(e))),
+                }
+            }
+            Some(Ok((out, raws.len() == 0)))
+        })
+        .await
+    } else {
+        // A malformed document fails the request before anything is written.
+        let parsed = docs
+            .iter()
+            .map(|raw| {
+                let p = parse_doc(app, &req.user, raw.get(), max_size)?;
+                let has_rev = match &p {
+                    Parsed::Local(_, rev, _) => rev.is_some(),
+                    Parsed::Doc(doc) => doc.rev.is_some(),
+                };
+                if !new_edits && !has_rev {
+                    return Err(ApiError::bad_request(NEEDS_REV));
+                }
+                Ok(p)
+            })
+            .collect::<ApiResult<Vec<Parsed>>>()?;
+        let engine_docs: Vec<Doc> = parsed.into_iter().filter_map(|p| place.place(p)).collect();
+        if engine_docs.is_empty() {
+            Ok(Vec::new())
+        } else {
+            db.update_async(engine_docs, opts)
+                .await
+                .map_err(BulkError::Engine)
+        }
+    };
     let Placement {
         mut slots,
         locals,
@@ -349,11 +398,91 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     Ok(json_response(StatusCode::CREATED, out))
 }
 
+/// One entry of a `_bulk_get` request: the id (JSON, as sent) and what to
+/// read, or the error to answer in its place.
+struct BulkGetAsk {
+    id: Value,
+    what: Result<(String, Option<Rev>), BulkGetError>,
+}
+
+/// An entry's error: the `rev` to show (JSON), `error` and `reason`.
+struct BulkGetError {
+    rev: Value,
+    error: String,
+    reason: String,
+}
+
+/// Reads one `_bulk_get` entry as CouchDB does.
+fn bulk_get_ask(item: &Value) -> BulkGetAsk {
+    let bad = |id: Value, rev: Value, error: &str, reason: String| BulkGetAsk {
+        id,
+        what: Err(BulkGetError {
+            rev,
+            error: error.to_string(),
+            reason,
+        }),
+    };
+    let Some(map) = item.as_object().filter(|m| !m.is_empty()) else {
+        return bad(
+            Value::Null,
+            Value::Null,
+            "bad_request",
+            "document must be a JSON object".into(),
+        );
+    };
+    let Some(id_value) = map.get("id") else {
+        return bad(
+            Value::Null,
+            Value::Null,
+            "bad_request",
+            "document id missed".into(),
+        );
+    };
+    let id = match id_value {
+        Value::String(s) => match validate_doc_id(s) {
+            Ok(_) => s.clone(),
+            Err(e) => {
+                let e = ApiError::from(e);
+                return bad(
+                    id_value.clone(),
+                    Value::Null,
+                    &e.error,
+                    e.reason.to_string(),
+                );
+            }
+        },
+        _ => {
+            return bad(
+                id_value.clone(),
+                Value::Null,
+                "illegal_docid",
+                "Document id must be a string".into(),
+            )
+        }
+    };
+    let rev = match map.get("rev") {
+        None => None,
+        Some(Value::String(r)) if r.parse::<Rev>().is_ok() => r.parse::<Rev>().ok(),
+        Some(other) => {
+            return bad(
+                id_value.clone(),
+                other.clone(),
+                "bad_request",
+                "Invalid rev format".into(),
+            )
+        }
+    };
+    BulkGetAsk {
+        id: id_value.clone(),
+        what: Ok((id, rev)),
+    }
+}
+
 pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_reader(&req.settings, &req.user)?;
     let db = app.db(name)?;
-    let body: Value = req.json().await?;
+    let body = req.json_object().await?;
     let Some(Value::Array(items)) = body.get("docs") else {
         return Err(ApiError::bad_request("Missing JSON list of 'docs'."));
     };
@@ -364,17 +493,15 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
             req.settings.max_bulk_get_count.to_string(),
         ));
     }
-    let mut asks: Vec<(Option<String>, Option<Rev>)> = Vec::with_capacity(items.len());
-    for item in items {
-        let id = item.get("id").and_then(Value::as_str).map(str::to_string);
-        let rev = match item.get("rev") {
-            Some(Value::String(r)) => Some(parse_rev(r)?),
-            None | Some(Value::Null) => None,
-            Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
-        };
-        asks.push((id, rev));
-    }
     let q = &req.query;
+    for param in ["open_revs", "new_edits", "w", "rev", "atts_since"] {
+        if q.has(param) {
+            return Err(ApiError::bad_request(format!(
+                "\"{param}\" query parameter is not acceptable"
+            )));
+        }
+    }
+    let asks: Vec<BulkGetAsk> = items.iter().map(bulk_get_ask).collect();
     let opts = GetOptions {
         revs: q.flag("revs")?,
         latest: q.flag("latest")?,
@@ -387,36 +514,48 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
     let out = tokio::task::spawn_blocking(move || -> ApiResult<String> {
         let reader = db.reader()?;
         let mut out = String::from("{\"results\":[");
-        for (i, (id, rev)) in asks.iter().enumerate() {
+        for (i, ask) in asks.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            let Some(id) = id else {
-                out.push_str("{\"id\":null,\"docs\":[{\"error\":{\"id\":null,\"rev\":null,\"error\":\"bad_request\",\"reason\":\"document id missed\"}}]}");
-                continue;
-            };
             out.push_str("{\"id\":");
-            push_str(&mut out, id);
+            out.push_str(&ask.id.to_string());
             out.push_str(",\"docs\":[");
-            let results: Result<Vec<OpenRev>, Error> = match (rev, validate_doc_id(id)) {
-                (_, Err(_)) | (_, Ok(DocKind::Local)) => Err(Error::NotFound("missing")),
-                (Some(rev), _) => reader.open_revs(id, &OpenRevs::Revs(vec![rev.clone()]), &opts),
-                (None, _) => reader.get(id, &opts).map(|d| vec![OpenRev::Found(d)]),
-            };
-            match results {
-                Ok(results) => {
+            match &ask.what {
+                Err(e) => push_bulk_get_error(&mut out, &ask.id, &e.rev, &e.error, &e.reason),
+                Ok((id, rev)) => {
+                    let results: Vec<OpenRev> = match validate_doc_id(id) {
+                        Ok(DocKind::Local) => vec![],
+                        _ => {
+                            let which = match rev {
+                                Some(rev) => OpenRevs::Revs(vec![rev.clone()]),
+                                None => OpenRevs::AllLeaves,
+                            };
+                            reader.open_revs(id, &which, &opts)?
+                        }
+                    };
+                    if results.is_empty() {
+                        let shown = rev
+                            .as_ref()
+                            .map_or(Value::from("undefined"), |r| Value::from(r.to_string()));
+                        push_bulk_get_error(&mut out, &ask.id, &shown, "not_found", "missing");
+                    }
                     for (j, r) in results.iter().enumerate() {
                         if j > 0 {
                             out.push(',');
                         }
                         match r {
-                            OpenRev::Missing(rev) => push_missing(&mut out, id, Some(rev), "missing"),
+                            OpenRev::Missing(rev) => push_bulk_get_error(
+                                &mut out,
+                                &ask.id,
+                                &Value::from(rev.to_string()),
+                                "not_found",
+                                "missing",
+                            ),
                             found => push_open_rev(&mut out, found, Extras::default()),
                         }
                     }
                 }
-                Err(Error::NotFound(reason)) => push_missing(&mut out, id, rev.as_ref(), reason),
-                Err(e) => return Err(e.into()),
             }
             out.push_str("]}");
         }
@@ -427,15 +566,16 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
     Ok(json_response(StatusCode::OK, out))
 }
 
-fn push_missing(out: &mut String, id: &str, rev: Option<&Rev>, reason: &str) {
+/// One `_bulk_get` error in place of a document:
+/// `{"error":{"id","rev","error","reason"}}`.
+fn push_bulk_get_error(out: &mut String, id: &Value, rev: &Value, error: &str, reason: &str) {
     out.push_str("{\"error\":{\"id\":");
-    push_str(out, id);
+    out.push_str(&id.to_string());
     out.push_str(",\"rev\":");
-    match rev {
-        Some(r) => push_rev(out, r),
-        None => out.push_str("\"undefined\""),
-    }
-    out.push_str(",\"error\":\"not_found\",\"reason\":");
+    out.push_str(&rev.to_string());
+    out.push_str(",\"error\":");
+    push_str(out, error);
+    out.push_str(",\"reason\":");
     push_str(out, reason);
     out.push_str("}}");
 }
@@ -450,7 +590,7 @@ pub async fn revs_diff(
     allow(req, &[Method::POST], "POST")?;
     require_db_reader(&req.settings, &req.user)?;
     let db = app.db(name)?;
-    let body: Map<String, Value> = req.json().await?;
+    let body = req.json_object().await?;
     let asks = parse_id_revs(body)?;
     let out = tokio::task::spawn_blocking(move || -> ApiResult<String> {
         let reader = db.reader()?;

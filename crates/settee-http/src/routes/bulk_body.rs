@@ -4,8 +4,9 @@
 //! Invariant: the result is what parsing the body as an object of raw
 //! members, and then its `docs` member as an array of raw values, would
 //! give — a repeated member counts once (the last, as in a map), other
-//! members are ignored, a body that is not an object is an error, and a
-//! `docs` that is not an array reads as absent. One tokenizing pass over
+//! members are ignored, a body that is not an object is an error (a data
+//! error, told apart from malformed JSON), and a `docs` that is not an
+//! array reads as `None` with `docs_given` set. One tokenizing pass over
 //! the documents instead of two (the body is most of a request's bytes).
 
 use std::fmt;
@@ -18,6 +19,8 @@ use serde_json::value::RawValue;
 pub struct BulkBody<'a> {
     /// The documents' text; `None` when absent or not an array.
     pub docs: Option<Vec<&'a RawValue>>,
+    /// Whether the body has a `docs` member at all (an array or not).
+    pub docs_given: bool,
     pub new_edits: Option<&'a RawValue>,
     pub all_or_nothing: Option<&'a RawValue>,
 }
@@ -113,7 +116,10 @@ impl<'de> Deserialize<'de> for BulkBody<'de> {
                 let mut body = BulkBody::default();
                 while let Some(field) = m.next_key::<Field>()? {
                     match field {
-                        Field::Docs => body.docs = m.next_value::<Docs<'de>>()?.0,
+                        Field::Docs => {
+                            body.docs = m.next_value::<Docs<'de>>()?.0;
+                            body.docs_given = true;
+                        }
                         Field::NewEdits => body.new_edits = Some(m.next_value()?),
                         Field::AllOrNothing => body.all_or_nothing = Some(m.next_value()?),
                         Field::Other => {
@@ -137,9 +143,9 @@ mod tests {
 
     use super::*;
 
-    /// What a reading found: the documents' text and the two flags' text
-    /// (`Err` when the body was refused).
-    type Found = Result<(Option<Vec<String>>, Option<String>, Option<String>), ()>;
+    /// What a reading found: the documents' text, whether `docs` was
+    /// there, and the two flags' text (`Err` when the body was refused).
+    type Found = Result<(Option<Vec<String>>, bool, Option<String>, Option<String>), ()>;
 
     /// The two-pass reading this module replaces.
     fn two_pass(text: &str) -> Found {
@@ -149,7 +155,12 @@ mod tests {
             .and_then(|d| serde_json::from_str::<Vec<&RawValue>>(d.get()).ok())
             .map(|v| v.iter().map(|r| r.get().to_string()).collect());
         let raw = |k: &str| map.get(k).map(|r| r.get().to_string());
-        Ok((docs, raw("new_edits"), raw("all_or_nothing")))
+        Ok((
+            docs,
+            map.contains_key("docs"),
+            raw("new_edits"),
+            raw("all_or_nothing"),
+        ))
     }
 
     fn one_pass(text: &str) -> Found {
@@ -158,7 +169,7 @@ mod tests {
             .docs
             .map(|v| v.iter().map(|r| r.get().to_string()).collect());
         let raw = |r: Option<&RawValue>| r.map(|r| r.get().to_string());
-        Ok((docs, raw(b.new_edits), raw(b.all_or_nothing)))
+        Ok((docs, b.docs_given, raw(b.new_edits), raw(b.all_or_nothing)))
     }
 
     #[test]
@@ -188,6 +199,10 @@ mod tests {
             Some(vec![r#"{"a":1}"#.to_string(), "2".to_string()])
         );
         assert!(one_pass("[]").is_err());
+        assert!(BulkBody::parse(b"[]").unwrap_err().is_data());
+        assert!(!BulkBody::parse(b"{").unwrap_err().is_data());
+        assert!(one_pass(r#"{"docs":null}"#).unwrap().1);
+        assert!(!one_pass(r#"{"x":1}"#).unwrap().1);
     }
 
     fn value() -> impl Strategy<Value = Value> {

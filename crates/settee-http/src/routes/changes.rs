@@ -1,30 +1,51 @@
-//! `_changes`: feeds normal, longpoll, continuous and eventsource; since
-//! (`0`, `now`, a sequence), limit, descending, include_docs, conflicts,
-//! style, heartbeat, timeout; filters `_doc_ids`, `_selector`, `_design`.
+//! `_changes`: feeds normal, longpoll, continuous (`live` is its alias) and
+//! eventsource; since (`0`, `now`, a sequence), limit, descending,
+//! include_docs, conflicts, style, heartbeat, timeout, seq_interval;
+//! filters `_doc_ids`, `_selector`, `_design`, and the checks CouchDB makes
+//! of `_view` and design-document filters before it would run JavaScript.
 //!
-//! Sequences are the engine's integer `update_seq` (clients treat them as
-//! opaque). `seq_interval` is accepted; every row carries its seq anyway.
+//! Sequences are the engine's integer `update_seq`, sent as JSON strings
+//! (`"5"`) as CouchDB sends its opaque ones; `since` takes `now`, a number,
+//! `"5"` or CouchDB's `"5-…"`.
 //!
 //! Invariants:
+//! - What a feed reports is CouchDB's accounting of one walk over the
+//!   changes: a walk goes through the by-seq rows after `since` (all of
+//!   them, newest first, when descending), or, for `_design` and
+//!   `_doc_ids` with at most [`DOC_IDS_LOOKUP_MAX`] ids, through the named
+//!   documents looked up by id (in sequence order; ascending, `last_seq`
+//!   is then the database's `update_seq`). `pending` is the number of
+//!   by-seq rows the walk has not gone through; a walk cut by `limit`
+//!   looks at one row more, which counts as gone through when the filter
+//!   drops it. Counting the rows left costs a bucket of rows and one count
+//!   per later bucket (`Reader::count_changes_after`), never a scan of
+//!   what is left.
+//! - `seq_interval=N` sends a row's seq only when CouchDB would: when the
+//!   limit left before the row (`limit`, or 10^15) is a multiple of N.
 //! - Rows come from storage snapshots on the blocking pool, in batches of at
 //!   most [`SCAN_BATCH`] scanned rows, so a feed over a large database
 //!   streams and never holds a snapshot or a worker for long.
 //! - Live feeds subscribe to the database's committed-seq watch *before*
-//!   scanning, so a commit racing the scan is never missed.
-//! - `last_seq` is the last sequence examined (not just emitted), so
-//!   filtered feeds do not re-examine rows; `pending` is an upper bound
-//!   (`update_seq - last_seq`) when a limit cut the feed, else 0.
+//!   reading, and wait for an `update_seq` beyond the one of the snapshot
+//!   last read (not beyond `last_seq`: purges and settings advance
+//!   `update_seq` without a row), so a commit racing the read is never
+//!   missed and nothing spins.
 //! - A live feed ends on its timeout (unless heartbeats keep it open),
-//!   when its limit is reached, when the client goes away, or at shutdown.
+//!   when its limit is reached (a negative limit: after the first walk),
+//!   when the client goes away, or at shutdown. Before it first waits
+//!   having sent nothing, it sends a newline, as CouchDB does.
+//! - The normal feed sends an `ETag` (the database's incarnation and
+//!   `update_seq`: any change to the answer changes it) and answers a
+//!   matching `If-None-Match` with 304.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use settee_core::selector::Selector;
 use settee_db::{ChangeRow, Database, GetOptions, Reader};
 use tokio::sync::mpsc;
@@ -43,8 +64,23 @@ use crate::stream::blocking_response;
 const SCAN_BATCH: u64 = 1000;
 /// Most ids a `_doc_ids` filter may name.
 const DOC_IDS_MAX: usize = 10_000;
+/// Up to this many ids, `_doc_ids` looks the documents up instead of
+/// scanning the changes (CouchDB's `doc_ids_limit`).
+const DOC_IDS_LOOKUP_MAX: usize = 100;
 /// Smallest heartbeat interval honoured.
 const HEARTBEAT_MIN_MS: u64 = 10;
+/// CouchDB's limit when none is given (`seq_interval` counts from it).
+const DEFAULT_LIMIT: i128 = 1_000_000_000_000_000;
+
+const DESIGN_LO: &str = "_design/";
+const DESIGN_HI: &str = "_design0";
+
+/// Appends a sequence as CouchDB sends one: a JSON string.
+pub fn push_seq(out: &mut String, seq: u64) {
+    out.push('"');
+    push_u64(out, seq);
+    out.push('"');
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Feed {
@@ -56,7 +92,8 @@ enum Feed {
 
 enum Filter {
     None,
-    DocIds(HashSet<String>),
+    /// The ids (each once) and the same as a set.
+    DocIds(Vec<String>, HashSet<String>),
     Selector(Selector),
     Design,
 }
@@ -65,15 +102,38 @@ struct Params {
     feed: Feed,
     since: u64,
     descending: bool,
-    limit: u64,
+    /// `limit` as given (negative allowed), or [`DEFAULT_LIMIT`].
+    limit: i128,
     include_docs: bool,
     conflicts: bool,
     all_leaves: bool,
     heartbeat_ms: Option<u64>,
     timeout_ms: u64,
     filter: Filter,
+    seq_interval: Option<u64>,
 }
 
+impl Params {
+    /// Rows the feed may send (a negative limit sends everything there is).
+    fn budget(&self) -> u64 {
+        if self.limit < 0 {
+            u64::MAX
+        } else {
+            u64::try_from(self.limit).unwrap_or(u64::MAX)
+        }
+    }
+
+    /// Whether the `index`-th row sent (from 0) shows its sequence.
+    fn shows_seq(&self, index: u64) -> bool {
+        match self.seq_interval {
+            None => true,
+            Some(n) => (self.limit - i128::from(index)) % i128::from(n) == 0,
+        }
+    }
+}
+
+/// `since` as CouchDB takes it: `now`, a number, or a sequence string
+/// (`"5"`, `5-opaque`, quoted or not).
 fn parse_since(s: &str, db: &Database) -> ApiResult<u64> {
     let s = s.trim();
     if s == "now" {
@@ -83,12 +143,21 @@ fn parse_since(s: &str, db: &Database) -> ApiResult<u64> {
         .strip_prefix('"')
         .and_then(|x| x.strip_suffix('"'))
         .unwrap_or(s);
-    unquoted
+    let number = match unquoted.split_once('-') {
+        Some((n, _)) => n,
+        None => unquoted,
+    };
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::bad_request(
+            "Malformed sequence supplied in 'since' parameter.",
+        ));
+    }
+    number
         .parse::<u64>()
         .map_err(|_| ApiError::bad_request("Malformed sequence supplied in 'since' parameter."))
 }
 
-fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
+fn doc_ids(v: &Value) -> ApiResult<Filter> {
     let bad = || ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.");
     let list = v.as_array().ok_or_else(bad)?;
     if list.len() > DOC_IDS_MAX {
@@ -96,95 +165,196 @@ fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
             "at most {DOC_IDS_MAX} doc ids per `_doc_ids` filter"
         )));
     }
-    list.iter()
-        .map(|id| id.as_str().map(str::to_string).ok_or_else(bad))
-        .collect()
+    let mut ids = Vec::with_capacity(list.len());
+    let mut set = HashSet::with_capacity(list.len());
+    for id in list {
+        let id = id.as_str().ok_or_else(bad)?;
+        if set.insert(id.to_string()) {
+            ids.push(id.to_string());
+        }
+    }
+    Ok(Filter::DocIds(ids, set))
+}
+
+/// The member `path` leads to in a design document, or CouchDB's 404:
+/// `missing json key: …` for an absent member, `json_mismatch` when a
+/// member on the way is not an object.
+fn member<'a>(doc: &'a Map<String, Value>, path: &[&str]) -> ApiResult<&'a Value> {
+    let mut found: Option<&Value> = None;
+    let mut obj = doc;
+    for key in path {
+        if let Some(v) = found {
+            obj = v
+                .as_object()
+                .ok_or_else(|| ApiError::not_found("json_mismatch"))?;
+        }
+        match obj.get(*key) {
+            Some(v) => found = Some(v),
+            None => return Err(ApiError::not_found(format!("missing json key: {key}"))),
+        }
+    }
+    found.ok_or_else(|| ApiError::not_found("missing"))
+}
+
+/// The answer to a filter that would run a design document's JavaScript
+/// (`ddoc/name`, or `_view` with `view=ddoc/name`): CouchDB's checks first
+/// (the name's form, the design document, the function), then 501 (no
+/// JavaScript engine behind `_changes` yet).
+async fn js_filter(db: &Database, kind: &str, name: &str, form_error: &'static str) -> ApiError {
+    let parts: Vec<&str> = name.split('/').filter(|p| !p.is_empty()).collect();
+    let [ddoc, func] = parts.as_slice() else {
+        return ApiError::bad_request(form_error);
+    };
+    let id = format!("_design/{ddoc}");
+    let db = db.clone();
+    let body = tokio::task::spawn_blocking(move || {
+        db.reader()?
+            .get(&id, &GetOptions::default())
+            .map(|d| d.body.to_map())
+    })
+    .await;
+    let checked = match body {
+        Ok(Ok(body)) => member(&body, &[kind, func]).map(|_| ()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(e.into()),
+    };
+    checked.err().unwrap_or_else(ApiError::not_implemented)
 }
 
 async fn parse_params(req: &mut Req, db: &Database) -> ApiResult<Params> {
-    let q = &req.query;
-    let feed = match q.get("feed").unwrap_or("normal") {
-        "normal" => Feed::Normal,
-        "longpoll" => Feed::Longpoll,
-        "continuous" => Feed::Continuous,
-        "eventsource" => Feed::EventSource,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "Supplied feed `{other}` is not valid"
-            )))
+    // A POST body comes first (as in CouchDB): it must be a JSON object.
+    let body: Option<Map<String, Value>> = if req.method == Method::POST {
+        let bytes = req.body_bytes().await?;
+        if bytes.is_empty() {
+            None
+        } else {
+            req.require_json_ctype()?;
+            match parse_json_bytes(&bytes)? {
+                Value::Object(m) => Some(m),
+                _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
+            }
         }
+    } else {
+        None
     };
-    let since = match q.get("since") {
-        Some(s) => parse_since(s, db)?,
-        None => 0,
+    let q = &req.query;
+    let heartbeat_ms = match q.get("heartbeat") {
+        None => None,
+        Some("true") => Some(60_000),
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n > 0 => Some((n as u64).max(HEARTBEAT_MIN_MS)),
+            Ok(_) => {
+                return Err(ApiError::bad_request(
+                    "The heartbeat value should be a positive integer (in milliseconds).",
+                ))
+            }
+            Err(_) => return Err(ApiError::bad_request(
+                "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).",
+            )),
+        },
+    };
+    let seq_interval = match q.get("seq_interval") {
+        None => None,
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n > 0 => Some(n as u64),
+            _ => return Err(ApiError::bad_request("invalid_seq_interval")),
+        },
     };
     let all_leaves = match q.get("style") {
         None | Some("main_only") => false,
         Some("all_docs") => true,
         Some(_) => return Err(ApiError::bad_request("Supplied style is not valid")),
     };
-    let heartbeat_ms = match q.get("heartbeat") {
-        None | Some("false") => None,
-        Some("true") => Some(60_000),
-        Some(v) => Some(
-            v.parse::<u64>()
-                .map_err(|_| ApiError::query_parse(format!("Invalid heartbeat value: {v}")))?
-                .max(HEARTBEAT_MIN_MS),
-        ),
-    };
+    let limit =
+        match q.get("limit") {
+            None => DEFAULT_LIMIT,
+            Some(v) => i128::from(v.parse::<i64>().map_err(|_| {
+                ApiError::query_parse(format!("Invalid value for integer: \"{v}\""))
+            })?),
+        };
     let timeout_ms = q.u64("timeout")?.unwrap_or(req.settings.changes_timeout_ms);
-    let descending = q.flag("descending")?;
-    let limit = q.u64("limit")?.unwrap_or(u64::MAX);
-    let include_docs = q.flag("include_docs")?;
-    let conflicts = q.flag("conflicts")?;
-    let filter_name = q.get("filter").map(str::to_string);
-    let query_doc_ids = q.get("doc_ids").map(str::to_string);
-    let body: Option<Value> = if req.method == Method::POST {
-        let bytes = req.body_bytes().await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            None
-        } else {
-            req.require_json_ctype()?;
-            Some(parse_json_bytes(&bytes)?)
-        }
-    } else {
-        None
-    };
-    let filter = match filter_name.as_deref() {
-        None | Some("") => Filter::None,
-        Some("_doc_ids") => {
-            let ids = match (body.as_ref().and_then(|b| b.get("doc_ids")), query_doc_ids) {
-                (Some(v), _) => doc_ids(v)?,
-                (None, Some(q)) => doc_ids(&parse_json_bytes(q.as_bytes()).map_err(|_| {
-                    ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.")
-                })?)?,
-                (None, None) => {
+    // As in CouchDB, only `true` turns these on; any other value is false.
+    let descending = q.get("descending") == Some("true");
+    let include_docs = q.get("include_docs") == Some("true");
+    let conflicts = q.get("conflicts") == Some("true");
+    let filter = match q.get("filter").unwrap_or("") {
+        "" => Filter::None,
+        "_doc_ids" => match &body {
+            Some(b) => doc_ids(b.get("doc_ids").unwrap_or(&Value::Null))?,
+            None if req.method == Method::POST => doc_ids(&Value::Null)?,
+            None => doc_ids(&parse_json_bytes(
+                q.get("doc_ids").unwrap_or("null").as_bytes(),
+            )?)?,
+        },
+        "_selector" => {
+            let Some(body) = &body else {
+                return Err(ApiError::bad_request(
+                    "Selector must be specified in POST payload",
+                ));
+            };
+            match body.get("selector") {
+                Some(sel @ Value::Object(_)) => Filter::Selector(Selector::parse(sel)?),
+                _ => {
                     return Err(ApiError::bad_request(
-                        "`doc_ids` filter parameter is not a list of doc ids.",
+                        "Selector error: expected a JSON object",
                     ))
                 }
-            };
-            Filter::DocIds(ids)
-        }
-        Some("_selector") => {
-            let sel = body
-                .as_ref()
-                .and_then(|b| b.get("selector"))
-                .ok_or_else(|| {
-                    ApiError::bad_request("Selector must be specified in POST payload")
-                })?;
-            Filter::Selector(Selector::parse(sel)?)
-        }
-        Some("_design") => Filter::Design,
-        Some("_view") => return Err(ApiError::not_implemented()),
-        Some(other) => {
-            if other.contains('/') {
-                return Err(ApiError::not_implemented());
             }
-            return Err(ApiError::bad_request(format!(
-                "`{other}` is not a valid filter"
-            )));
         }
+        "_design" => Filter::Design,
+        "_view" => {
+            let view = q.get("view").unwrap_or("").to_string();
+            if view.is_empty() {
+                return Err(ApiError::bad_request(
+                    "`view` filter parameter is not provided.",
+                ));
+            }
+            return Err(js_filter(
+                db,
+                "views",
+                &view,
+                "`view` must be of the form `designname/viewname`",
+            )
+            .await);
+        }
+        other if other.starts_with('_') => {
+            return Err(ApiError::bad_request("unknown builtin filter name"))
+        }
+        other if other.split('/').all(str::is_empty) => Filter::None,
+        other => {
+            let other = other.to_string();
+            return Err(js_filter(
+                db,
+                "filters",
+                &other,
+                "`filter` must be of the form `designname/filtername`",
+            )
+            .await);
+        }
+    };
+    let q = &req.query;
+    let feed = match q.get("feed").unwrap_or("normal") {
+        "normal" => Feed::Normal,
+        "longpoll" => Feed::Longpoll,
+        "continuous" | "live" => Feed::Continuous,
+        "eventsource" => Feed::EventSource,
+        _ => {
+            return Err(ApiError::bad_request(
+                "Supported `feed` types: normal, continuous, live, longpoll, eventsource",
+            ))
+        }
+    };
+    // An eventsource client reconnecting names where it was.
+    let since_text = match (feed, req.header("last-event-id")) {
+        (Feed::EventSource, Some(id)) => Some(id.to_string()),
+        _ => q
+            .get("since")
+            .or_else(|| q.get("last-event-id"))
+            .map(str::to_string),
+    };
+    let since = match since_text {
+        Some(s) => parse_since(&s, db)?,
+        None => 0,
     };
     Ok(Params {
         feed,
@@ -197,6 +367,7 @@ async fn parse_params(req: &mut Req, db: &Database) -> ApiResult<Params> {
         heartbeat_ms,
         timeout_ms,
         filter,
+        seq_interval,
     })
 }
 
@@ -220,20 +391,25 @@ fn selector_doc(reader: &Reader, row: &ChangeRow) -> ApiResult<Value> {
     Ok(Value::Object(map))
 }
 
-/// Renders one change row, or None when the filter drops it.
-fn render_row(reader: &Reader, p: &Params, row: &ChangeRow) -> ApiResult<Option<String>> {
-    let keep = match &p.filter {
+/// Whether the filter keeps a row.
+fn keeps(reader: &Reader, p: &Params, row: &ChangeRow) -> ApiResult<bool> {
+    Ok(match &p.filter {
         Filter::None => true,
-        Filter::DocIds(ids) => ids.contains(&row.id),
-        Filter::Design => row.id.starts_with("_design/"),
+        Filter::DocIds(_, ids) => ids.contains(&row.id),
+        Filter::Design => row.id.starts_with(DESIGN_LO),
         Filter::Selector(sel) => sel.matches(&selector_doc(reader, row)?),
-    };
-    if !keep {
-        return Ok(None);
-    }
+    })
+}
+
+/// Renders one change row, the `index`-th the feed sends.
+fn render_row(reader: &Reader, p: &Params, row: &ChangeRow, index: u64) -> ApiResult<String> {
     let mut out = String::with_capacity(96);
     out.push_str("{\"seq\":");
-    push_u64(&mut out, row.seq);
+    if p.shows_seq(index) {
+        push_seq(&mut out, row.seq);
+    } else {
+        out.push_str("null");
+    }
     out.push_str(",\"id\":");
     push_str(&mut out, &row.id);
     out.push_str(",\"changes\":[");
@@ -268,120 +444,225 @@ fn render_row(reader: &Reader, p: &Params, row: &ChangeRow) -> ApiResult<Option<
         }
     }
     out.push('}');
-    Ok(Some(out))
+    Ok(out)
 }
 
-/// Outcome of one scan.
-struct Scan {
-    last_scanned: Option<u64>,
+/// The outcome of one walk over the changes (see the module doc).
+struct Walk {
+    last_seq: u64,
+    pending: u64,
     emitted: u64,
-    /// The scan reached the end of the snapshot.
-    exhausted: bool,
+    /// The walk stopped at `scan_max` rows with more to go: walk again
+    /// from `last_seq`.
+    more: bool,
+    /// The walk stopped at its emit budget.
+    limit_hit: bool,
+    /// `update_seq` of the snapshot walked.
+    update_seq: u64,
 }
 
-/// Scans changes after `since`, examining at most `scan_max` and emitting
-/// at most `emit_max` rows through `emit` (false from `emit` stops).
-fn scan(
+/// Walks the changes after `since` (all of them when descending), looking
+/// at no more than `scan_max` rows of a scan and sending no more than
+/// `budget` rows to `emit` (the first as the feed's `first_index`-th);
+/// `emit` returns false when the client is gone.
+fn walk(
     reader: &Reader,
     p: &Params,
     since: u64,
+    budget: u64,
     scan_max: u64,
-    emit_max: u64,
+    first_index: u64,
     emit: &mut dyn FnMut(u64, &str) -> bool,
-) -> ApiResult<Scan> {
-    let mut s = Scan {
-        last_scanned: None,
+) -> ApiResult<Walk> {
+    let state = reader.state()?;
+    let rows_total = state.doc_count + state.doc_del_count;
+    let mut w = Walk {
+        last_seq: if p.descending {
+            state.update_seq
+        } else {
+            since
+        },
+        pending: 0,
         emitted: 0,
-        exhausted: true,
+        more: false,
+        limit_hit: budget == 0,
+        update_seq: state.update_seq,
     };
-    let mut failure = None;
-    let mut scanned = 0u64;
-    if emit_max == 0 {
-        return Ok(s);
+    let lookup = match &p.filter {
+        Filter::DocIds(ids, _) => Some(ids.len() <= DOC_IDS_LOOKUP_MAX),
+        Filter::Design => Some(true),
+        _ => None,
+    };
+    if lookup == Some(true) {
+        let mut rows: Vec<ChangeRow> = match &p.filter {
+            Filter::DocIds(ids, _) => {
+                let mut rows = Vec::with_capacity(ids.len());
+                for id in ids {
+                    rows.extend(reader.change_row(id)?);
+                }
+                rows
+            }
+            _ => reader.change_rows_in(DESIGN_LO, DESIGN_HI)?,
+        };
+        rows.retain(|r| p.descending || r.seq > since);
+        rows.sort_unstable_by_key(|r| r.seq);
+        if p.descending {
+            rows.reverse();
+        }
+        let mut pending = if p.descending {
+            rows_total
+        } else {
+            reader.count_changes_after(since)?
+        };
+        let mut last = None;
+        for row in &rows {
+            if w.limit_hit {
+                break;
+            }
+            pending = pending.saturating_sub(1);
+            last = Some(row.seq);
+            let text = render_row(reader, p, row, first_index + w.emitted)?;
+            w.emitted += 1;
+            if !emit(row.seq, &text) {
+                break;
+            }
+            w.limit_hit = w.emitted >= budget;
+        }
+        w.pending = pending;
+        w.last_seq = match last {
+            Some(seq) if w.limit_hit || p.descending => seq,
+            _ if w.limit_hit || p.descending => w.last_seq,
+            _ => state.update_seq,
+        };
+        return Ok(w);
     }
+    let mut examined = 0u64;
+    let mut last = None;
+    let mut failure = None;
     reader.changes(since, p.descending, u64::MAX, &mut |row| {
-        if scanned >= scan_max {
-            s.exhausted = false;
+        if w.limit_hit {
+            // One row past the limit: a row the filter drops counts as
+            // gone through.
+            match keeps(reader, p, &row) {
+                Ok(false) => last = Some(row.seq),
+                Ok(true) => {}
+                Err(e) => failure = Some(e),
+            }
             return false;
         }
-        scanned += 1;
-        s.last_scanned = Some(row.seq);
-        match render_row(reader, p, &row) {
-            Ok(None) => true,
-            Ok(Some(text)) => {
-                s.emitted += 1;
-                if !emit(row.seq, &text) {
-                    s.exhausted = false;
-                    return false;
-                }
-                if s.emitted >= emit_max {
-                    s.exhausted = false;
-                    return false;
-                }
-                true
-            }
+        if examined >= scan_max {
+            w.more = true;
+            return false;
+        }
+        examined += 1;
+        last = Some(row.seq);
+        let kept = match keeps(reader, p, &row) {
+            Ok(k) => k,
             Err(e) => {
                 failure = Some(e);
-                false
+                return false;
             }
+        };
+        if !kept {
+            return true;
         }
+        let text = match render_row(reader, p, &row, first_index + w.emitted) {
+            Ok(t) => t,
+            Err(e) => {
+                failure = Some(e);
+                return false;
+            }
+        };
+        w.emitted += 1;
+        if !emit(row.seq, &text) {
+            return false;
+        }
+        w.limit_hit = w.emitted >= budget;
+        true
     })?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(s),
+    if let Some(e) = failure {
+        return Err(e);
     }
+    if let Some(seq) = last {
+        w.last_seq = seq;
+    }
+    if w.limit_hit {
+        w.pending = match (p.descending, last) {
+            (false, at) => reader.count_changes_after(at.unwrap_or(since))?,
+            (true, Some(seq)) => {
+                rows_total.saturating_sub(reader.count_changes_after(seq.saturating_sub(1))?)
+            }
+            (true, None) => rows_total,
+        };
+    }
+    Ok(w)
 }
 
 pub async fn handle(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(
         req,
         &[Method::GET, Method::HEAD, Method::POST],
-        "GET,HEAD,POST",
+        "GET,POST,HEAD",
     )?;
     require_db_reader(&req.settings, &req.user)?;
     let db = app.db(name)?;
     let p = parse_params(req, &db).await?;
     if p.feed == Feed::Normal || (p.descending && p.feed == Feed::Longpoll) {
-        return normal(db, p).await;
+        let if_none_match = req.header(header::IF_NONE_MATCH).map(str::to_string);
+        return normal(db, p, if_none_match).await;
     }
     Ok(live(app, db, p))
 }
 
-async fn normal(db: Database, p: Params) -> ApiResult<Response> {
+async fn normal(db: Database, p: Params, if_none_match: Option<String>) -> ApiResult<Response> {
     let reader = db.reader()?;
-    blocking_response(move |sink| {
+    let etag = (p.feed == Feed::Normal)
+        .then(|| -> ApiResult<String> {
+            let state = reader.state()?;
+            Ok(format!("\"{:x}-{}\"", db.created_us(), state.update_seq))
+        })
+        .transpose()?;
+    if let (Some(etag), Some(inm)) = (&etag, &if_none_match) {
+        if inm.split(',').any(|t| t.trim() == etag) {
+            let mut resp = Response::new(Body::empty());
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            if let Ok(v) = HeaderValue::from_str(etag) {
+                resp.headers_mut().insert(header::ETAG, v);
+            }
+            return Ok(resp);
+        }
+    }
+    let mut resp = blocking_response(move |sink| {
         sink.buf.push_str("{\"results\":[\n");
         let mut first = true;
-        let mut last_emitted = None;
-        let s = scan(&reader, &p, p.since, u64::MAX, p.limit, &mut |seq, row| {
-            if !first {
-                sink.buf.push_str(",\n");
-            }
-            first = false;
-            sink.buf.push_str(row);
-            last_emitted = Some(seq);
-            sink.flush_if_full()
-        })?;
-        let last_seq = if p.descending {
-            last_emitted.unwrap_or(0)
-        } else if s.exhausted {
-            s.last_scanned.unwrap_or(p.since).max(p.since)
-        } else {
-            last_emitted.or(s.last_scanned).unwrap_or(p.since)
-        };
-        let pending = if s.exhausted || p.descending {
-            0
-        } else {
-            db.update_seq().saturating_sub(last_seq)
-        };
+        let w = walk(
+            &reader,
+            &p,
+            p.since,
+            p.budget(),
+            u64::MAX,
+            0,
+            &mut |_, row| {
+                if !first {
+                    sink.buf.push_str(",\n");
+                }
+                first = false;
+                sink.buf.push_str(row);
+                sink.flush_if_full()
+            },
+        )?;
         sink.buf.push_str("\n],\n\"last_seq\":");
-        push_u64(&mut sink.buf, last_seq);
+        push_seq(&mut sink.buf, w.last_seq);
         sink.buf.push_str(",\"pending\":");
-        push_u64(&mut sink.buf, pending);
+        push_u64(&mut sink.buf, w.pending);
         sink.buf.push_str("}\n");
         Ok(())
     })
-    .await
+    .await?;
+    if let Some(v) = etag.and_then(|e| HeaderValue::from_str(&e).ok()) {
+        resp.headers_mut().insert(header::ETAG, v);
+    }
+    Ok(resp)
 }
 
 type Chunk = Result<Bytes, std::io::Error>;
@@ -392,13 +673,15 @@ fn live(app: &App, db: Database, p: Params) -> Response {
     let closing = app.closing.subscribe();
     tokio::spawn(run_live(db, p, tx, closing));
     let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    let mut resp = json_response(axum::http::StatusCode::OK, String::new());
+    let mut resp = json_response(StatusCode::OK, String::new());
     *resp.body_mut() = Body::from_stream(stream);
     if feed == Feed::EventSource {
-        resp.headers_mut().insert(
+        let h = resp.headers_mut();
+        h.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream"),
         );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
     resp.extensions_mut().insert(NoCompress);
     resp
@@ -418,7 +701,9 @@ async fn run_live(
     let mut watch = db.subscribe();
     let p = std::sync::Arc::new(p);
     let mut since = p.since;
+    let mut pending;
     let mut emitted = 0u64;
+    let mut sent_any = false;
     let mut longpoll_rows: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_millis(p.timeout_ms);
     let heartbeat = p.heartbeat_ms.map(Duration::from_millis);
@@ -431,25 +716,29 @@ async fn run_live(
                 return;
             }
         };
-        let (pp, from, remaining) = (p.clone(), since, p.limit.saturating_sub(emitted));
-        let feed = p.feed;
+        let (pp, from) = (p.clone(), since);
+        // A descending walk starts from the newest change every time: it
+        // is one pass (then the feed ends), never resumed in batches.
+        let scan = if p.descending { u64::MAX } else { SCAN_BATCH };
+        let (remaining, index) = (p.budget().saturating_sub(emitted), emitted);
         let batch = tokio::task::spawn_blocking(move || {
             let mut rows: Vec<(u64, String)> = Vec::new();
-            let s = scan(
+            let w = walk(
                 &reader,
                 &pp,
                 from,
-                SCAN_BATCH,
                 remaining,
+                scan,
+                index,
                 &mut |seq, row| {
                     rows.push((seq, row.to_string()));
                     true
                 },
             );
-            s.map(|s| (s, rows))
+            w.map(|w| (w, rows))
         })
         .await;
-        let (s, rows) = match batch {
+        let (w, rows) = match batch {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 let _ = tx
@@ -462,36 +751,51 @@ async fn run_live(
                 return;
             }
         };
-        emitted += s.emitted;
-        if let Some(seq) = s.last_scanned {
-            since = since.max(seq);
-        }
-        for (seq, row) in rows {
-            let text = match feed {
+        emitted += w.emitted;
+        since = w.last_seq;
+        pending = w.pending;
+        let seen = w.update_seq;
+        for (i, (seq, row)) in rows.into_iter().enumerate() {
+            let text = match p.feed {
                 Feed::Continuous => row + "\n",
-                Feed::EventSource => format!("data: {row}\nid: {seq}\n\n"),
+                Feed::EventSource => {
+                    let mut id = String::new();
+                    if p.shows_seq(index + i as u64) {
+                        push_seq(&mut id, seq);
+                    } else {
+                        id.push_str("null");
+                    }
+                    format!("data: {row}\nid: {id}\n\n")
+                }
                 _ => {
                     longpoll_rows.push(row);
                     continue;
                 }
             };
+            sent_any = true;
             if !send(&tx, text).await {
                 return;
             }
         }
-        if emitted >= p.limit {
+        if w.limit_hit || (p.limit < 0 && !w.more) || p.descending {
             break;
         }
-        if !s.exhausted {
+        if w.more {
             continue;
         }
-        if feed == Feed::Longpoll && emitted > 0 {
+        if p.feed == Feed::Longpoll && emitted > 0 {
             break;
         }
-        // Wait for a commit past `since`, sending heartbeats.
+        if !sent_any && p.feed != Feed::Longpoll {
+            sent_any = true;
+            if !send(&tx, "\n".to_string()).await {
+                return;
+            }
+        }
+        // Wait for a commit past the snapshot just read, sending heartbeats.
         let mut next_beat = heartbeat.map(|h| Instant::now() + h);
         loop {
-            if *watch.borrow_and_update() > since {
+            if *watch.borrow_and_update() > seen {
                 continue 'feed;
             }
             let beat_at = next_beat.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -503,7 +807,7 @@ async fn run_live(
             tokio::select! {
                 r = watch.changed() => if r.is_err() { break 'feed },
                 _ = tokio::time::sleep_until(beat_at), if next_beat.is_some() => {
-                    let beat = if feed == Feed::EventSource { "event: heartbeat\ndata: \n\n" } else { "\n" };
+                    let beat = if p.feed == Feed::EventSource { "event: heartbeat\ndata: \n\n" } else { "\n" };
                     if !send(&tx, beat.to_string()).await {
                         return;
                     }
@@ -515,19 +819,71 @@ async fn run_live(
             }
         }
     }
-    let end = match p.feed {
+    let mut end = String::new();
+    match p.feed {
         Feed::Longpoll => {
-            let mut out = String::from("{\"results\":[\n");
-            out.push_str(&longpoll_rows.join(",\n"));
-            out.push_str("\n],\n\"last_seq\":");
-            push_u64(&mut out, since);
-            out.push_str(",\"pending\":0}\n");
-            out
+            end.push_str("{\"results\":[\n");
+            end.push_str(&longpoll_rows.join(",\n"));
+            end.push_str("\n],\n\"last_seq\":");
+            push_seq(&mut end, since);
+            end.push_str(",\"pending\":");
+            push_u64(&mut end, pending);
+            end.push_str("}\n");
         }
-        Feed::Continuous => format!("{{\"last_seq\":{since},\"pending\":0}}\n"),
-        _ => String::new(),
-    };
+        Feed::Continuous => {
+            end.push_str("{\"last_seq\":");
+            push_seq(&mut end, since);
+            end.push_str(",\"pending\":");
+            push_u64(&mut end, pending);
+            end.push_str("}\n");
+        }
+        _ => {}
+    }
     if !end.is_empty() {
         let _ = send(&tx, end).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_interval_follows_the_limit_left() {
+        let mut p = Params {
+            feed: Feed::Normal,
+            since: 0,
+            descending: false,
+            limit: DEFAULT_LIMIT,
+            include_docs: false,
+            conflicts: false,
+            all_leaves: false,
+            heartbeat_ms: None,
+            timeout_ms: 0,
+            filter: Filter::None,
+            seq_interval: Some(2),
+        };
+        let shown = |p: &Params| (0..5).map(|i| p.shows_seq(i)).collect::<Vec<_>>();
+        assert_eq!(shown(&p), [true, false, true, false, true]);
+        p.seq_interval = Some(3);
+        assert_eq!(shown(&p), [false, true, false, false, true]);
+        p.limit = 3;
+        p.seq_interval = Some(2);
+        assert_eq!(shown(&p)[..3], [false, true, false]);
+        p.seq_interval = None;
+        assert!(shown(&p).iter().all(|s| *s));
+    }
+
+    #[test]
+    fn design_members_are_found_or_named_missing() {
+        let doc: Map<String, Value> =
+            serde_json::from_str(r#"{"filters":{"f":"function(){}"},"views":null}"#).unwrap();
+        assert!(member(&doc, &["filters", "f"]).is_ok());
+        let e = member(&doc, &["filters", "g"]).unwrap_err();
+        assert_eq!(e.reason, "missing json key: g");
+        let e = member(&doc, &["views", "v"]).unwrap_err();
+        assert_eq!(e.reason, "json_mismatch");
+        let e = member(&doc, &["lists", "v"]).unwrap_err();
+        assert_eq!(e.reason, "missing json key: lists");
     }
 }

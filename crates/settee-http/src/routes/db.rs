@@ -1,11 +1,14 @@
 //! Database endpoints: `/{db}` (info, create, delete, POST a document),
 //! `_revs_limit`, `_compact`, `_view_cleanup`, `_ensure_full_commit`,
-//! `_purge`, `_security`.
+//! `_purge`, `_purged_infos`, `_purged_infos_limit`, `_security`.
 //!
-//! Invariant: creation, deletion, compaction, purge and `_revs_limit`
-//! changes need a server admin; engine calls that block (create/delete
-//! fsync and stop writer threads, `info` asks storage for sizes) run on the
-//! blocking pool.
+//! Sequences (`update_seq`, `purge_seq`) are sent as strings, as CouchDB
+//! sends its opaque ones.
+//!
+//! Invariant: creation, deletion, compaction, purge, `_revs_limit` and
+//! `_purged_infos_limit` changes need a server admin; engine calls that
+//! block (create/delete fsync and stop writer threads, `info` asks storage
+//! for sizes) run on the blocking pool.
 
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
@@ -13,7 +16,7 @@ use serde_json::{json, Map, Value};
 use settee_db::DbInfo;
 
 use super::allow;
-use crate::auth::{require_admin, require_db_reader};
+use crate::auth::{require_admin, require_db_admin, require_db_reader};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, json_value};
 use crate::request::{parse_id_revs, Req};
@@ -27,8 +30,9 @@ const PURGE_REVS_MAX: usize = 1000;
 pub fn info_json(info: &DbInfo) -> Value {
     json!({
         "db_name": info.name,
-        "purge_seq": info.purge_seq,
-        "update_seq": info.update_seq,
+        // Sequences are strings, as CouchDB's opaque ones are.
+        "purge_seq": info.purge_seq.to_string(),
+        "update_seq": info.update_seq.to_string(),
         "sizes": {"file": info.sizes.file, "external": info.sizes.external, "active": info.sizes.active},
         "props": {},
         "doc_del_count": info.doc_del_count,
@@ -38,6 +42,24 @@ pub fn info_json(info: &DbInfo) -> Value {
         "cluster": {"q": 1, "n": 1, "w": 1, "r": 1},
         "instance_start_time": info.instance_start_time,
     })
+}
+
+/// The creation parameters CouchDB checks: `q` (shards; one node, one
+/// shard here, but a bad value is still an error) and `partitioned`
+/// (partitioned databases are not supported yet: refused, not faked).
+fn creation_params(req: &Req) -> ApiResult<()> {
+    if let Some(q) = req.query.get("q") {
+        if !q.parse::<u64>().is_ok_and(|n| n > 0) {
+            return Err(ApiError::bad_request(
+                "The `q` value should be a positive integer.",
+            ));
+        }
+    }
+    match req.query.get("partitioned") {
+        None | Some("false") => Ok(()),
+        Some("true") => Err(ApiError::bad_request("Partitioned feature is not enabled.")),
+        Some(_) => Err(ApiError::bad_request("Invalid `partitioned` parameter")),
+    }
 }
 
 fn ok_json(status: StatusCode) -> Response {
@@ -54,12 +76,14 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
             Method::DELETE,
             Method::POST,
         ],
-        "DELETE,GET,HEAD,POST,PUT",
+        // CouchDB's list (it leaves out PUT, which it allows).
+        "DELETE,GET,HEAD,POST",
     )?;
     match req.method {
         Method::PUT => {
             require_admin(&req.user)?;
             settee_core::name::validate_db_name(name)?;
+            creation_params(req)?;
             let (engine, n) = (app.engine.clone(), name.to_string());
             tokio::task::spawn_blocking(move || engine.create_db(&n)).await??;
             let mut resp = ok_json(StatusCode::CREATED);
@@ -71,7 +95,7 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
         Method::DELETE => {
             if req.query.has("rev") {
                 return Err(ApiError::bad_request(
-                    "You tried to DELETE a database with a ?rev= parameter. Did you mean to DELETE a document instead?",
+                    "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a document instead?",
                 ));
             }
             require_admin(&req.user)?;
@@ -89,7 +113,7 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
             };
             let id = match map.get("_id") {
                 Some(Value::String(s)) => s.clone(),
-                Some(_) => return Err(ApiError::bad_request("Document id must be a string")),
+                Some(_) => return Err(settee_core::name::NameError::NotString.into()),
                 None => app.new_uuid(),
             };
             super::doc::write(app, req, &db, &id, map).await
@@ -103,21 +127,27 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     }
 }
 
-/// An absolute `Location` for a created resource.
+/// What CouchDB leaves unencoded in URLs it builds (`Location`): letters,
+/// digits and `- . _ :`; everything else, `/` of `_design/` ids included,
+/// is percent-encoded.
+pub const URL_ENCODE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b':');
+
+/// An absolute `Location` for a created resource (the request's
+/// `X-Forwarded-Host` or `Host`, and `X-Forwarded-Proto` or `http`).
 pub fn location(req: &Req, db: &str, id: Option<&str>) -> Option<HeaderValue> {
-    use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
-    let host = req.header(header::HOST)?;
-    let mut url = format!(
-        "http://{host}/{}",
-        utf8_percent_encode(db, NON_ALPHANUMERIC)
-    );
+    use percent_encoding::utf8_percent_encode;
+    let host = req
+        .header("x-forwarded-host")
+        .or_else(|| req.header(header::HOST))?;
+    let scheme = req.header("x-forwarded-proto").unwrap_or("http");
+    let mut url = format!("{scheme}://{host}/{}", utf8_percent_encode(db, URL_ENCODE));
     if let Some(id) = id {
-        let encoded = match id.strip_prefix("_design/") {
-            Some(rest) => format!("_design/{}", utf8_percent_encode(rest, NON_ALPHANUMERIC)),
-            None => utf8_percent_encode(id, NON_ALPHANUMERIC).to_string(),
-        };
         url.push('/');
-        url.push_str(&encoded);
+        url.push_str(&utf8_percent_encode(id, URL_ENCODE).to_string());
     }
     HeaderValue::from_str(&url).ok()
 }
@@ -125,6 +155,7 @@ pub fn location(req: &Req, db: &str, id: Option<&str>) -> Option<HeaderValue> {
 pub async fn ensure_full_commit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_reader(&req.settings, &req.user)?;
+    req.require_json_ctype()?;
     let db = app.db(name)?;
     db.ensure_full_commit_async().await?;
     let start = tokio::task::spawn_blocking(move || db.info())
@@ -137,13 +168,9 @@ pub async fn ensure_full_commit(app: &App, req: &mut Req, name: &str) -> ApiResu
 }
 
 pub async fn revs_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
-    allow(
-        req,
-        &[Method::GET, Method::HEAD, Method::PUT],
-        "GET,HEAD,PUT",
-    )?;
+    allow(req, &[Method::GET, Method::HEAD, Method::PUT], "PUT,GET")?;
     if req.method == Method::PUT {
-        require_admin(&req.user)?;
+        require_db_admin(&req.settings, &req.user)?;
         let db = app.db(name)?;
         let limit = match req.json_value().await? {
             Value::Number(n) => n.as_u64().filter(|n| *n > 0),
@@ -160,7 +187,7 @@ pub async fn revs_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Respo
 
 pub async fn compact(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_admin(&req.user)?;
+    require_db_admin(&req.settings, &req.user)?;
     let db = app.db(name)?;
     req.require_json_ctype()?;
     if db.compact()? {
@@ -178,7 +205,7 @@ pub async fn compact_views(
     ddoc: &str,
 ) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_admin(&req.user)?;
+    require_db_admin(&req.settings, &req.user)?;
     let db = app.db(name)?;
     req.require_json_ctype()?;
     let id = format!("_design/{ddoc}");
@@ -193,9 +220,9 @@ pub async fn compact_views(
 
 pub async fn view_cleanup(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_admin(&req.user)?;
+    require_db_admin(&req.settings, &req.user)?;
     app.db(name)?;
-    req.require_json_ctype()?;
+    // CouchDB takes any Content-Type here.
     Ok(ok_json(StatusCode::ACCEPTED))
 }
 
@@ -203,7 +230,7 @@ pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> 
     allow(req, &[Method::POST], "POST")?;
     require_admin(&req.user)?;
     let db = app.db(name)?;
-    let body: Map<String, Value> = req.json().await?;
+    let body = req.json_object().await?;
     if body.len() > PURGE_DOCS_MAX {
         return Err(ApiError::bad_request(format!(
             "Exceeded maximum number of documents ({PURGE_DOCS_MAX})."
@@ -227,20 +254,57 @@ pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> 
             )
         })
         .collect();
+    // CouchDB answers `null`: a clustered purge has no single sequence.
     Ok(json_value(
         StatusCode::CREATED,
-        &json!({"purge_seq": outcome.purge_seq, "purged": purged}),
+        &json!({"purge_seq": null, "purged": purged}),
+    ))
+}
+
+/// `GET /{db}/_purged_infos`: the purge history, `{"purged_infos":
+/// [{"id", "revs"}, …]}` sorted by id.
+pub async fn purged_infos(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(req, &[Method::GET, Method::HEAD], "GET")?;
+    require_db_reader(&req.settings, &req.user)?;
+    let db = app.db(name)?;
+    let infos = tokio::task::spawn_blocking(move || db.reader()?.purged_infos()).await??;
+    let list: Vec<Value> = infos
+        .into_iter()
+        .map(|(id, revs)| {
+            let revs: Vec<String> = revs.iter().map(ToString::to_string).collect();
+            json!({"id": id, "revs": revs})
+        })
+        .collect();
+    Ok(json_value(StatusCode::OK, &json!({ "purged_infos": list })))
+}
+
+/// `GET/PUT /{db}/_purged_infos_limit`: how many purge requests the
+/// history keeps.
+pub async fn purged_infos_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(req, &[Method::GET, Method::HEAD, Method::PUT], "GET,PUT")?;
+    if req.method == Method::PUT {
+        require_admin(&req.user)?;
+        let db = app.db(name)?;
+        let limit = match req.json_value().await? {
+            Value::Number(n) => n.as_u64().filter(|n| *n > 0),
+            _ => None,
+        }
+        .ok_or_else(|| ApiError::bad_request("`purged_infos_limit` must be positive integer"))?;
+        db.set_purged_infos_limit_async(limit).await?;
+        return Ok(ok_json(StatusCode::OK));
+    }
+    require_db_reader(&req.settings, &req.user)?;
+    let db = app.db(name)?;
+    Ok(json_response(
+        StatusCode::OK,
+        db.purged_infos_limit().to_string(),
     ))
 }
 
 pub async fn security(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
-    allow(
-        req,
-        &[Method::GET, Method::HEAD, Method::PUT],
-        "GET,HEAD,PUT",
-    )?;
+    allow(req, &[Method::GET, Method::HEAD, Method::PUT], "PUT,GET")?;
     if req.method == Method::PUT {
-        require_admin(&req.user)?;
+        require_db_admin(&req.settings, &req.user)?;
         app.db(name)?;
         // Per-database security objects arrive with the security issue.
         return Err(ApiError::not_implemented());

@@ -5,10 +5,25 @@
 //! - The revision being edited comes from `?rev=`, `If-Match` or the body's
 //!   `_rev`; when two of them disagree the request is a 400 and nothing is
 //!   written.
-//! - A write is acknowledged (201) only after the engine reports it at the
-//!   requested durability; `batch=ok` answers 202 without a revision.
+//! - A write is acknowledged (201, or 200 when it deletes) only after the
+//!   engine reports it at the requested durability; `batch=ok` answers 202
+//!   without a revision.
+//! - As in CouchDB, an interactive edit never extends a deleted document:
+//!   once every leaf is deleted, only a write without a revision (and not
+//!   itself a deletion) recreates it; anything else is a 409 and nothing is
+//!   written. (Checked here, against the latest state, before the write.)
+//! - Design documents are checked ([`settee_core::design`]) before they
+//!   are written; a malformed one is a 400 and nothing is written.
 //! - `_local` documents bypass revision trees (engine `put_local`), never
-//!   appear in changes, and have `0-N` revisions.
+//!   appear in changes, and have `0-N` revisions with no revision check
+//!   (CouchDB 3's rule); they cannot be read by revision.
+//! - A document GET sends an `ETag` (and honours `If-None-Match`) only when
+//!   the body carries no meta member (`_revs_info`, `_conflicts`,
+//!   `_deleted_conflicts`, `_local_seq`), as CouchDB; a `POST /{db}` sends
+//!   none.
+//! - An id no document can have is refused (400 `illegal_docid`) only by a
+//!   PUT; GET, HEAD, DELETE and COPY find nothing (404 `missing`), as in
+//!   CouchDB, which checks ids only when it writes.
 //! - Documents are rendered from the stored body text without re-parsing.
 
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -16,30 +31,46 @@ use axum::response::Response;
 use percent_encoding::percent_decode_str;
 use rand::RngCore;
 use serde_json::{Map, Value};
+use settee_core::design;
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
 use settee_db::{Database, DocRead, Durability, GetOptions, OpenRev, OpenRevs, UpdateOptions};
 
 use super::allow_names;
-use crate::auth::{require_db_reader, require_db_writer, require_design_writer};
+use crate::auth::{require_db_admin, require_db_reader, require_db_writer};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{self, json_response, push_rev, push_str, Extras};
 use crate::request::{local_parts, parse_json_bytes, parse_rev, Req};
 use crate::state::App;
 
 const DOC_METHODS: &[&str] = &["GET", "HEAD", "PUT", "DELETE", "COPY"];
-const DOC_ALLOW: &str = "COPY,DELETE,GET,HEAD,PUT";
+// CouchDB's list (POST is its form upload of attachments, not served here).
+const DOC_ALLOW: &str = "DELETE,GET,HEAD,POST,PUT,COPY";
 
 pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiResult<Response> {
     allow_names(req, DOC_METHODS, DOC_ALLOW)?;
-    let kind = validate_doc_id(&id)?;
+    // CouchDB's router: `/{db}/_local` and `/{db}/_local/` name no document.
+    if id == "_local" || id == "_local/" {
+        return Err(ApiError::bad_request("Invalid _local document id."));
+    }
+    let kind = match validate_doc_id(&id) {
+        Ok(kind) => kind,
+        // Only a write refuses the id; a read (DELETE and COPY read first)
+        // finds no document by it.
+        Err(e) if req.method == Method::PUT => return Err(e.into()),
+        Err(_) => {
+            app.db(db_name)?;
+            require_db_reader(&req.settings, &req.user)?;
+            return Err(ApiError::not_found("missing"));
+        }
+    };
     let db = app.db(db_name)?;
     match req.method {
         Method::GET | Method::HEAD => {
             require_db_reader(&req.settings, &req.user)?;
             if kind == DocKind::Local {
-                get_local(&db, &id)
+                get_local(req, &db, &id)
             } else {
                 get(app, req, &db, &id)
             }
@@ -56,8 +87,9 @@ pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiR
     }
 }
 
-/// `{"ok":true,"id":…,"rev":…}`.
-fn ok_rev(status: StatusCode, id: &str, rev: &str) -> Response {
+/// `{"ok":true,"id":…,"rev":…}`, with the revision as `ETag` unless the
+/// request is a `POST /{db}` (CouchDB sends none there).
+fn ok_rev(req: &Req, status: StatusCode, id: &str, rev: &str) -> Response {
     let mut out = String::with_capacity(48 + id.len() + rev.len());
     out.push_str("{\"ok\":true,\"id\":");
     push_str(&mut out, id);
@@ -65,10 +97,48 @@ fn ok_rev(status: StatusCode, id: &str, rev: &str) -> Response {
     push_str(&mut out, rev);
     out.push('}');
     let mut resp = json_response(status, out);
-    if let Some(tag) = render::etag(rev) {
-        resp.headers_mut().insert(header::ETAG, tag);
+    if req.method != Method::POST {
+        if let Some(tag) = render::etag(rev) {
+            resp.headers_mut().insert(header::ETAG, tag);
+        }
     }
     resp
+}
+
+/// [`ok_rev`] for a write of `id`: 200 when it deleted, else 201, with
+/// the document's `Location`.
+fn written(req: &Req, db: &Database, id: &str, rev: &str, deleted: bool) -> Response {
+    let status = if deleted {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut resp = ok_rev(req, status, id, rev);
+    if let Some(loc) = super::db::location(req, db.name(), Some(id)) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    resp
+}
+
+/// CouchDB's 413 for a document over `max_document_size`: its reason is
+/// the `_id` member of the body as sent (empty when there is none, as for
+/// most PUTs).
+fn too_large(map: &Map<String, Value>) -> ApiError {
+    ApiError::doc_too_large(map.get("_id").and_then(Value::as_str).unwrap_or(""))
+}
+
+/// Refuses an interactive edit of a document whose every leaf is deleted
+/// (true), unless it is a plain recreation: no revision and not a
+/// deletion. CouchDB's `couch_db_updater` answers such edits `conflict`.
+fn edits_deleted(db: &Database, doc: &Doc) -> ApiResult<bool> {
+    if doc.rev.is_none() && !doc.deleted {
+        return Ok(false);
+    }
+    let tree = db.latest_reader()?.rev_tree(&doc.id)?;
+    Ok(tree
+        .as_ref()
+        .and_then(|t| t.winner())
+        .is_some_and(|w| w.deleted))
 }
 
 fn accepted(id: &str) -> Response {
@@ -127,27 +197,40 @@ pub async fn write(
 ) -> ApiResult<Response> {
     let kind = validate_doc_id(id)?;
     match kind {
-        DocKind::Design => require_design_writer(&req.user)?,
+        DocKind::Design => require_db_admin(&req.settings, &req.user)?,
         _ => require_db_writer(&req.settings, &req.user)?,
     }
     merge_rev(req, &mut map)?;
-    if kind == DocKind::Local {
-        return write_local(req, db, id, map).await;
-    }
-    map.insert("_id".to_string(), Value::String(id.to_string()));
     let new_edits = req.query.bool("new_edits")?.unwrap_or(true);
+    if kind == DocKind::Local {
+        return write_local(req, db, id, map, new_edits).await;
+    }
+    let too_large = too_large(&map);
+    map.insert("_id".to_string(), Value::String(id.to_string()));
     let doc = Doc::from_json(Value::Object(map), || id.to_string())?;
     if doc.body.len() as u64 > req.settings.max_document_size {
-        return Err(ApiError::doc_too_large(id));
+        return Err(too_large);
+    }
+    if !new_edits && doc.rev.is_none() {
+        return Err(ApiError::bad_request(
+            "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
+        ));
+    }
+    if kind == DocKind::Design {
+        design::validate(&doc.body.to_map())?;
+    }
+    let deleted = doc.deleted;
+    if new_edits && edits_deleted(db, &doc)? {
+        return match req.durability() {
+            // CouchDB accepts a batch-mode write before it fails.
+            Durability::Batch => Ok(accepted(id)),
+            _ => Err(ApiError::conflict()),
+        };
     }
     let Some(rev) = write_one(app, req, db, doc, new_edits).await? else {
         return Ok(accepted(id));
     };
-    let mut resp = ok_rev(StatusCode::CREATED, id, &rev.to_string());
-    if let Some(loc) = super::db::location(req, db.name(), Some(id)) {
-        resp.headers_mut().insert(header::LOCATION, loc);
-    }
-    Ok(resp)
+    Ok(written(req, db, id, &rev.to_string(), deleted))
 }
 
 /// Writes one document with the request's durability; None in batch mode
@@ -177,35 +260,60 @@ async fn write_one(
     }
 }
 
+/// Writes a `_local` document: no revision check (the engine numbers the
+/// new revision from the given one). With `new_edits=false` the answer
+/// names the revision as sent, as CouchDB's does (the stored one is its
+/// successor).
 async fn write_local(
     req: &Req,
     db: &Database,
     id: &str,
     map: Map<String, Value>,
+    new_edits: bool,
 ) -> ApiResult<Response> {
+    let too_large = too_large(&map);
     let (rev, body) = local_parts(map)?;
     if body
         .as_ref()
         .is_some_and(|b| b.len() as u64 > req.settings.max_document_size)
     {
-        return Err(ApiError::doc_too_large(id));
+        return Err(too_large);
     }
-    match db
-        .put_local_async(id, rev, body, Some(req.durability()))
-        .await?
-    {
-        Ok(rev) => Ok(ok_rev(StatusCode::CREATED, id, &rev)),
+    let given = rev.clone();
+    let deleted = body.is_none();
+    let durability = req.durability();
+    match db.put_local_async(id, rev, body, Some(durability)).await? {
+        Ok(_) if durability == Durability::Batch => Ok(accepted(id)),
+        Ok(stored) => {
+            let rev = match given {
+                Some(given) if !new_edits => given,
+                _ => stored,
+            };
+            Ok(written(req, db, id, &rev, deleted))
+        }
         Err(f) => Err(ApiError::from_doc_failure(&f, id)),
     }
 }
 
-fn get_local(db: &Database, id: &str) -> ApiResult<Response> {
+/// GET of a `_local` document. CouchDB keeps no revisions of them: `rev=`
+/// and `open_revs=` (once they parse) find nothing, `revs=true` shows the
+/// one revision, and the other options add nothing.
+fn get_local(req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
+    if let Some(rev) = req.query.get("rev") {
+        settee_core::doc::rev_parts(rev)?;
+        return Err(ApiError::not_found("missing"));
+    }
+    if let Some(spec) = req.query.get("open_revs") {
+        parse_open_revs(spec)?;
+        return Err(ApiError::not_found("missing"));
+    }
     let doc = db
         .reader()?
         .get_local(id)?
         .ok_or_else(|| ApiError::not_found("missing"))?;
     let mut out = String::with_capacity(doc.body.len() + 64);
-    render::push_local_doc(&mut out, &doc.id, &doc.rev, &doc.body);
+    let revs = req.query.get("revs") == Some("true");
+    render::push_local_doc_with(&mut out, &doc.id, &doc.rev, &doc.body, revs);
     let mut resp = json_response(StatusCode::OK, out);
     if let Some(tag) = render::etag(&doc.rev) {
         resp.headers_mut().insert(header::ETAG, tag);
@@ -219,22 +327,47 @@ pub struct ReadOpts {
     pub extras: Extras,
 }
 
+/// The options as CouchDB's `parse_doc_query` reads them: a boolean option
+/// is on only when it is `true` (any other value is ignored, not an
+/// error); `meta` means `revs_info`, `conflicts` and `deleted_conflicts`;
+/// `revs_info` applies only to the winning revision (not with `rev=`).
 pub fn read_opts(req: &Req) -> ApiResult<ReadOpts> {
     let q = &req.query;
-    let meta = q.flag("meta")?;
+    let on = |key| q.get(key) == Some("true");
+    let meta = on("meta");
+    let rev = q.rev()?;
     Ok(ReadOpts {
         get: GetOptions {
-            rev: q.rev()?,
-            latest: q.flag("latest")?,
-            revs: q.flag("revs")?,
-            revs_info: q.flag("revs_info")? || meta,
-            conflicts: q.flag("conflicts")? || meta,
-            deleted_conflicts: q.flag("deleted_conflicts")? || meta,
+            latest: on("latest"),
+            revs: on("revs"),
+            revs_info: (on("revs_info") || meta) && rev.is_none(),
+            conflicts: on("conflicts") || meta,
+            deleted_conflicts: on("deleted_conflicts") || meta,
+            rev,
         },
         extras: Extras {
-            local_seq: q.flag("local_seq")? || meta,
+            local_seq: on("local_seq"),
         },
     })
+}
+
+/// `open_revs=`: `all`, or a JSON list of revisions.
+fn parse_open_revs(spec: &str) -> ApiResult<OpenRevs> {
+    if spec == "all" {
+        return Ok(OpenRevs::AllLeaves);
+    }
+    let v = parse_json_bytes(spec.as_bytes())?;
+    let list = v
+        .as_array()
+        .ok_or_else(|| ApiError::bad_request("Invalid list of revisions"))?;
+    list.iter()
+        .map(|r| {
+            r.as_str()
+                .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+                .and_then(parse_rev)
+        })
+        .collect::<ApiResult<Vec<Rev>>>()
+        .map(OpenRevs::Revs)
 }
 
 fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
@@ -251,35 +384,29 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
         .docs_read
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if let Some(spec) = req.query.get("open_revs") {
-        let which = if spec == "all" {
-            OpenRevs::AllLeaves
-        } else {
-            let v = parse_json_bytes(spec.as_bytes())
-                .map_err(|_| ApiError::bad_request("Invalid open_revs"))?;
-            let list = v.as_array().ok_or_else(|| {
-                ApiError::bad_request("open_revs must be \"all\" or a JSON array")
-            })?;
-            OpenRevs::Revs(
-                list.iter()
-                    .map(|r| {
-                        r.as_str()
-                            .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
-                            .and_then(parse_rev)
-                    })
-                    .collect::<ApiResult<Vec<Rev>>>()?,
-            )
-        };
-        let results = reader.open_revs(id, &which, &opts.get)?;
-        if matches!(which, OpenRevs::AllLeaves) && results.is_empty() {
-            return Err(ApiError::not_found("missing"));
+        let which = parse_open_revs(spec)?;
+        let mut results = reader.open_revs(id, &which, &opts.get)?;
+        if matches!(which, OpenRevs::AllLeaves) {
+            if results.is_empty() {
+                return Err(ApiError::not_found("missing"));
+            }
+            // CouchDB lists the leaves in revision order (pos, then hash).
+            results.sort_by(|a, b| open_rev_rev(a).cmp(open_rev_rev(b)));
         }
         return Ok(open_revs_response(req, &results, opts.extras));
     }
     let doc = reader.get(id, &opts.get)?;
+    // CouchDB sends an ETag (and answers If-None-Match) only for a body
+    // without meta members.
+    let meta = doc.revs_info.is_some()
+        || !doc.conflicts.is_empty()
+        || !doc.deleted_conflicts.is_empty()
+        || opts.extras.local_seq;
     let tag = format!("\"{}\"", doc.rev);
-    if req
-        .header(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.trim() == tag)
+    if !meta
+        && req
+            .header(header::IF_NONE_MATCH)
+            .is_some_and(|v| v.trim() == tag)
     {
         let mut resp = Response::new(axum::body::Body::empty());
         *resp.status_mut() = StatusCode::NOT_MODIFIED;
@@ -289,10 +416,19 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
         return Ok(resp);
     }
     let mut resp = json_response(StatusCode::OK, render::doc_string(&doc, opts.extras));
-    if let Ok(v) = HeaderValue::from_str(&tag) {
-        resp.headers_mut().insert(header::ETAG, v);
+    if !meta {
+        if let Ok(v) = HeaderValue::from_str(&tag) {
+            resp.headers_mut().insert(header::ETAG, v);
+        }
     }
     Ok(resp)
+}
+
+fn open_rev_rev(r: &OpenRev) -> &Rev {
+    match r {
+        OpenRev::Found(d) => &d.rev,
+        OpenRev::Missing(rev) => rev,
+    }
 }
 
 /// Appends `{"ok":doc}` or `{"missing":rev}`.
@@ -363,16 +499,19 @@ async fn delete(
     kind: DocKind,
 ) -> ApiResult<Response> {
     match kind {
-        DocKind::Design => require_design_writer(&req.user)?,
+        DocKind::Design => require_db_admin(&req.settings, &req.user)?,
         _ => require_db_writer(&req.settings, &req.user)?,
     }
     let rev = explicit_rev(req)?;
     if kind == DocKind::Local {
-        return match db
-            .put_local_async(id, rev, None, Some(req.durability()))
-            .await?
-        {
-            Ok(rev) => Ok(ok_rev(StatusCode::OK, id, &rev)),
+        // Like CouchDB: a missing document is a 404; then any rev deletes.
+        if db.reader()?.get_local(id)?.is_none() {
+            return Err(ApiError::not_found("missing"));
+        }
+        let durability = req.durability();
+        return match db.put_local_async(id, rev, None, Some(durability)).await? {
+            Ok(_) if durability == Durability::Batch => Ok(accepted(id)),
+            Ok(rev) => Ok(ok_rev(req, StatusCode::OK, id, &rev)),
             Err(f) => Err(ApiError::from_doc_failure(&f, id)),
         };
     }
@@ -387,7 +526,7 @@ async fn delete(
         body: Body::empty(),
     };
     match write_one(app, req, db, doc, true).await? {
-        Some(rev) => Ok(ok_rev(StatusCode::OK, id, &rev.to_string())),
+        Some(rev) => Ok(ok_rev(req, StatusCode::OK, id, &rev.to_string())),
         None => Ok(accepted(id)),
     }
 }
@@ -407,7 +546,7 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         .into_owned();
     let dest_kind = validate_doc_id(&dest_id)?;
     match dest_kind {
-        DocKind::Design => require_design_writer(&req.user)?,
+        DocKind::Design => require_db_admin(&req.settings, &req.user)?,
         _ => require_db_writer(&req.settings, &req.user)?,
     }
     let reader = db.reader()?;
@@ -430,9 +569,12 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
             .put_local_async(&dest_id, dest_rev, Some(body), Some(req.durability()))
             .await?
         {
-            Ok(rev) => Ok(ok_rev(StatusCode::CREATED, &dest_id, &rev)),
+            Ok(rev) => Ok(written(req, db, &dest_id, &rev, false)),
             Err(f) => Err(ApiError::from_doc_failure(&f, &dest_id)),
         };
+    }
+    if dest_kind == DocKind::Design {
+        design::validate(&body.to_map())?;
     }
     let rev = dest_rev.map(|r| parse_rev(&r)).transpose()?;
     let doc = Doc {
@@ -442,6 +584,9 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         revisions: None,
         body,
     };
+    if edits_deleted(db, &doc)? {
+        return Err(ApiError::conflict());
+    }
     let mut results = db
         .update_async(vec![doc], options(req.durability(), true))
         .await?;
@@ -449,7 +594,7 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         .docs_written
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match results.pop() {
-        Some(Ok(rev)) => Ok(ok_rev(StatusCode::CREATED, &dest_id, &rev.to_string())),
+        Some(Ok(rev)) => Ok(written(req, db, &dest_id, &rev.to_string(), false)),
         Some(Err(f)) => Err(ApiError::from_doc_failure(&f, &dest_id)),
         None => Ok(accepted(&dest_id)),
     }

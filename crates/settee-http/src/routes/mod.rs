@@ -51,7 +51,18 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         ["_active_tasks"] => server::active_tasks(app, req),
         ["_membership"] => server::membership(req),
         ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,
-        ["favicon.ico"] | ["_utils", ..] => Err(ApiError::not_found("missing")),
+        ["favicon.ico"] => Ok(server::favicon()),
+        ["_utils", ..] => Err(ApiError::not_found("missing")),
+        // Any other `_name` is no handler and no database CouchDB could have
+        // (except its system databases): 404, unless it is a creation attempt,
+        // which the name check refuses.
+        [name, rest @ ..]
+            if name.starts_with('_')
+                && !matches!(*name, "_users" | "_replicator" | "_global_changes")
+                && !(rest.is_empty() && req.method == Method::PUT) =>
+        {
+            Err(ApiError::not_found("Database does not exist."))
+        }
         [db] => db::db(app, req, db).await,
         [db, "_all_docs"] => all_docs::handle(app, req, db, all_docs::Kind::All).await,
         [db, "_design_docs"] => all_docs::handle(app, req, db, all_docs::Kind::Design).await,
@@ -69,6 +80,8 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_revs_diff"] => bulk::revs_diff(app, req, db, false).await,
         [db, "_missing_revs"] => bulk::revs_diff(app, req, db, true).await,
         [db, "_purge"] => db::purge(app, req, db).await,
+        [db, "_purged_infos"] => db::purged_infos(app, req, db).await,
+        [db, "_purged_infos_limit"] => db::purged_infos_limit(app, req, db).await,
         [db, "_compact"] => db::compact(app, req, db).await,
         [db, "_compact", ddoc] => db::compact_views(app, req, db, ddoc).await,
         [db, "_view_cleanup"] => db::view_cleanup(app, req, db).await,

@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use super::allow;
 use crate::auth::require_admin;
 use crate::error::{ApiError, ApiResult};
-use crate::render::json_value;
+use crate::render::{json_response, json_value};
 use crate::request::Req;
 use crate::state::{App, METHOD_NAMES, NODE_NAME};
 
@@ -39,6 +39,19 @@ pub fn welcome(app: &App, req: &Req) -> ApiResult<Response> {
     ))
 }
 
+/// `/favicon.ico`: CouchDB has none to serve (no Fauxton here either).
+pub fn favicon() -> Response {
+    let mut resp = Response::new(axum::body::Body::from("Not found."));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000"),
+    );
+    resp
+}
+
 pub fn up(req: &Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
     Ok(json_value(
@@ -57,8 +70,15 @@ fn name_window(req: &Req, mut names: Vec<String>) -> ApiResult<Vec<String>> {
             Some(_) => Err(ApiError::query_parse("Database name keys must be strings")),
         }
     };
-    let start = key(&["startkey", "start_key"])?;
-    let end = key(&["endkey", "end_key"])?;
+    let exact = key(&["key"])?;
+    let start = match &exact {
+        Some(k) => Some(k.clone()),
+        None => key(&["startkey", "start_key"])?,
+    };
+    let end = match exact {
+        Some(k) => Some(k),
+        None => key(&["endkey", "end_key"])?,
+    };
     let descending = q.flag("descending")?;
     let inclusive_end = q.bool("inclusive_end")?.unwrap_or(true);
     if descending {
@@ -101,11 +121,8 @@ pub async fn all_dbs(app: &App, req: &mut Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
     check_list_permission(req)?;
     let names = name_window(req, list_dbs(app).await?)?;
-    Ok(json_value(StatusCode::OK, &json!(names)))
+    Ok(json_with_etag(StatusCode::OK, &json!(names)))
 }
-
-/// Most names one `POST /_dbs_info` may ask for (CouchDB's default).
-const DBS_INFO_KEYS_MAX: usize = 100;
 
 pub async fn dbs_info(app: &App, req: &mut Req) -> ApiResult<Response> {
     allow(
@@ -114,57 +131,88 @@ pub async fn dbs_info(app: &App, req: &mut Req) -> ApiResult<Response> {
         "GET,HEAD,POST",
     )?;
     check_list_permission(req)?;
-    let (names, by_key) = if req.method == Method::POST {
-        let body: Value = req.json().await?;
-        let keys = body
-            .get("keys")
-            .and_then(Value::as_array)
-            .ok_or_else(|| ApiError::bad_request("`keys` member must exist."))?;
-        if keys.len() > DBS_INFO_KEYS_MAX {
-            return Err(ApiError::bad_request(format!(
-                "`keys` member must be less than or equal to {DBS_INFO_KEYS_MAX}"
-            )));
+    let (names, by_key): (Vec<Value>, bool) = if req.method == Method::POST {
+        req.require_json_ctype()?;
+        let body = req.json_value().await?;
+        let Value::Object(body) = body else {
+            return Err(ApiError::bad_request("Request body must be a JSON object"));
+        };
+        let keys = match body.get("keys") {
+            None => return Err(ApiError::bad_request("`keys` member must exist.")),
+            Some(Value::Array(k)) => k.clone(),
+            Some(_) => return Err(ApiError::bad_request("`keys` member must be an array.")),
+        };
+        if keys.len() > req.settings.max_db_number_for_dbs_info_req {
+            return Err(ApiError::bad_request("too_many_keys"));
         }
-        let names: Vec<String> = keys
-            .iter()
-            .map(|k| k.as_str().unwrap_or_default().to_string())
-            .collect();
-        (names, true)
+        (keys, true)
     } else {
-        (name_window(req, list_dbs(app).await?)?, false)
+        let names = name_window(req, list_dbs(app).await?)?;
+        (names.into_iter().map(Value::String).collect(), false)
     };
     let app2 = app.clone();
     let rows = tokio::task::spawn_blocking(move || {
         names
             .into_iter()
-            .map(|name| match app2.db(&name).and_then(|db| Ok(db.info()?)) {
-                Ok(info) => json!({"key": name, "info": super::db::info_json(&info)}),
-                Err(_) if by_key => json!({"key": name, "error": "not_found"}),
-                Err(e) => json!({"key": name, "error": e.error}),
+            .map(|key| {
+                let found = key
+                    .as_str()
+                    .map(|name| app2.db(name).and_then(|db| Ok(db.info()?)));
+                match found {
+                    Some(Ok(info)) => json!({"key": key, "info": super::db::info_json(&info)}),
+                    Some(Err(_)) | None if by_key => json!({"key": key, "error": "not_found"}),
+                    Some(Err(e)) => json!({"key": key, "error": e.error}),
+                    None => json!({"key": key, "error": "not_found"}),
+                }
             })
             .collect::<Vec<Value>>()
     })
     .await?;
-    Ok(json_value(StatusCode::OK, &Value::Array(rows)))
+    if by_key {
+        Ok(json_value(StatusCode::OK, &Value::Array(rows)))
+    } else {
+        Ok(json_with_etag(StatusCode::OK, &Value::Array(rows)))
+    }
 }
 
 pub fn uuids(app: &App, req: &Req) -> ApiResult<Response> {
-    allow(req, GET, "GET,HEAD")?;
-    let count = req.query.u64("count")?.unwrap_or(1);
+    allow(req, GET, "GET")?;
+    let count = match req.query.get("count") {
+        None => 1,
+        Some(c) => c
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request("count must be a positive integer"))?,
+    };
     if count > req.settings.uuid_max_count {
         return Err(ApiError::bad_request("count parameter too large"));
     }
     let ids: Vec<String> = (0..count)
-        .map(|_| app.uuids.next(req.settings.uuid_algorithm))
+        .map(|_| {
+            app.uuids
+                .next(req.settings.uuid_algorithm, &req.settings.utc_id_suffix)
+        })
         .collect();
-    let mut resp = json_value(StatusCode::OK, &json!({"uuids": ids}));
-    resp.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("must-revalidate, no-cache"),
+    let mut resp = json_with_etag(StatusCode::OK, &json!({"uuids": ids}));
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::EXPIRES,
+        HeaderValue::from_static("Mon, 01 Jan 1990 00:00:00 GMT"),
     );
-    resp.headers_mut()
-        .insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
     Ok(resp)
+}
+
+/// A JSON response with an `ETag` computed from its body (CouchDB tags
+/// these server-level listings with a hash of their content).
+fn json_with_etag(status: StatusCode, v: &Value) -> Response {
+    let body = v.to_string();
+    let tag = format!("\"{:016x}\"", xxhash_rust::xxh3::xxh3_64(body.as_bytes()));
+    let mut resp = json_response(status, body);
+    if let Ok(v) = HeaderValue::from_str(&tag) {
+        resp.headers_mut().insert(header::ETAG, v);
+    }
+    resp
 }
 
 pub fn session(req: &Req) -> ApiResult<Response> {
@@ -193,7 +241,7 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
 }
 
 pub fn membership(req: &Req) -> ApiResult<Response> {
-    allow(req, GET, "GET,HEAD")?;
+    allow(req, GET, "GET")?;
     require_admin(&req.user)?;
     Ok(json_value(
         StatusCode::OK,
@@ -203,7 +251,7 @@ pub fn membership(req: &Req) -> ApiResult<Response> {
 
 pub async fn node(app: &App, req: &mut Req, node: &str, rest: &[&str]) -> ApiResult<Response> {
     if node != "_local" && node != NODE_NAME {
-        return Err(ApiError::not_found(format!("Node {node} not found")));
+        return Err(ApiError::not_found(format!("no such node: {node}")));
     }
     match rest {
         [] => {
@@ -211,20 +259,35 @@ pub async fn node(app: &App, req: &mut Req, node: &str, rest: &[&str]) -> ApiRes
             Ok(json_value(StatusCode::OK, &json!({"name": NODE_NAME})))
         }
         ["_config", rest @ ..] => config(app, req, rest).await,
-        ["_stats", ..] => {
+        ["_stats", path @ ..] => {
             allow(req, GET, "GET,HEAD")?;
-            require_admin(&req.user)?;
-            Ok(json_value(StatusCode::OK, &stats(app)))
+            require_metrics_reader(req)?;
+            // A sub-path selects one group or stat; an unknown one is null.
+            let all = stats(app);
+            let picked = path.iter().try_fold(&all, |v, k| v.get(*k));
+            Ok(json_value(StatusCode::OK, picked.unwrap_or(&Value::Null)))
         }
         ["_system"] => {
             allow(req, GET, "GET,HEAD")?;
-            require_admin(&req.user)?;
+            require_metrics_reader(req)?;
             Ok(json_value(
                 StatusCode::OK,
                 &json!({"uptime": app.started.elapsed().as_secs(), "memory": {}}),
             ))
         }
         _ => Err(ApiError::not_found("missing")),
+    }
+}
+
+/// Node statistics are for server admins (CouchDB also admits a read-only
+/// metrics user, which Settee does not have).
+fn require_metrics_reader(req: &Req) -> ApiResult<()> {
+    if req.user.is_admin() {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized(
+            "You are not a server admin or read-only metrics user",
+        ))
     }
 }
 
@@ -244,15 +307,25 @@ fn stats(app: &App) -> Value {
             ),
         );
     }
+    // The codes CouchDB keeps counters for, each described as it does.
+    const CODES: &[u16] = &[
+        200, 201, 202, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 406, 409, 412, 413, 414,
+        415, 416, 417, 500, 501, 503,
+    ];
     let mut statuses = Map::new();
-    for (code, c) in s.statuses.iter().enumerate() {
-        let n = c.load(Ordering::Relaxed);
-        if n > 0 {
-            statuses.insert(
-                code.to_string(),
-                counter(n, &format!("number of HTTP {code} responses")),
-            );
-        }
+    for &code in CODES {
+        let n = s
+            .statuses
+            .get(usize::from(code))
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        let phrase = StatusCode::from_u16(code)
+            .ok()
+            .and_then(|c| c.canonical_reason())
+            .unwrap_or("");
+        statuses.insert(
+            code.to_string(),
+            counter(n, &format!("number of HTTP {code} {phrase} responses")),
+        );
     }
     json!({"couchdb": {
         "httpd": {
@@ -269,7 +342,7 @@ fn stats(app: &App) -> Value {
 async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> {
     match rest {
         [] => {
-            allow(req, GET, "GET,HEAD")?;
+            allow(req, GET, "GET")?;
             require_admin(&req.user)?;
             Ok(json_value(StatusCode::OK, &json!(app.config.all())))
         }
@@ -279,7 +352,7 @@ async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> 
             Ok(json_value(StatusCode::OK, &json!({"ok": true})))
         }
         [section] => {
-            allow(req, GET, "GET,HEAD")?;
+            allow(req, GET, "GET")?;
             require_admin(&req.user)?;
             Ok(json_value(
                 StatusCode::OK,
@@ -290,7 +363,7 @@ async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> 
             allow(
                 req,
                 &[Method::GET, Method::HEAD, Method::PUT, Method::DELETE],
-                "GET,HEAD,PUT,DELETE",
+                "GET,PUT,DELETE",
             )?;
             require_admin(&req.user)?;
             let unknown = || ApiError::not_found("unknown_config_value");
@@ -298,9 +371,7 @@ async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> 
                 Method::PUT => {
                     let value = match req.json_value().await? {
                         Value::String(s) => s,
-                        _ => {
-                            return Err(ApiError::bad_request("Config values must be JSON strings"))
-                        }
+                        _ => return Err(ApiError::bad_request("a JSON string expected")),
                     };
                     let old = if *section == "admins" {
                         app.auth.set_admin(key, &value)?

@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use settee_client::Db;
+use settee_client::{seq_param, Db};
 use sha2::Digest;
 
 use super::conn::{explain, ConnArgs};
@@ -82,6 +82,16 @@ pub fn checkpoint_id(src: &Db, dst: &Db, filter_design: bool) -> String {
         b""
     });
     format!("settee-copy-{}", &hex::encode(h.finalize())[..32])
+}
+
+/// The number a sequence starts with: a JSON number, or a string `"N"`
+/// or `"N-opaque"` (as Settee and CouchDB send them); None otherwise.
+fn seq_number(seq: &Value) -> Option<u64> {
+    match seq {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.split('-').next()?.parse().ok(),
+        _ => None,
+    }
 }
 
 struct Checkpoint {
@@ -179,22 +189,24 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     // A checkpoint beyond the source's current sequence belongs to an
     // earlier database of the same name (deleted and recreated): start over.
     let stale = matches!(
-        (ckpt.seq.as_u64(), src_info.update_seq.as_u64()),
+        (seq_number(&ckpt.seq), seq_number(&src_info.update_seq)),
         (Some(c), Some(s)) if c > s
     );
     if stale {
         eprintln!(
             "settee copy: checkpoint seq {} is ahead of the source ({}); the source was recreated, copying from the start",
-            ckpt.seq, src_info.update_seq
+            seq_param(&ckpt.seq),
+            seq_param(&src_info.update_seq)
         );
     }
     if args.restart || stale {
         ckpt.seq = Value::from(0);
         ckpt.docs = 0;
-    } else if ckpt.seq != 0 {
+    } else if seq_number(&ckpt.seq) != Some(0) {
         eprintln!(
             "settee copy: resuming from checkpoint seq {} ({} documents copied before)",
-            ckpt.seq, ckpt.docs
+            seq_param(&ckpt.seq),
+            ckpt.docs
         );
     }
     let docs_before = ckpt.docs;
@@ -255,7 +267,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         "settee copy: {docs} documents ({revisions} revisions) copied in {secs:.1} s ({:.0} docs/s); read page {page_size}, write batch {}; checkpoint seq {}{}",
         docs as f64 / secs.max(1e-3),
         sink.sizer.size(),
-        ckpt.seq,
+        seq_param(&ckpt.seq),
         if skipped > 0 { format!("; {skipped} superseded revisions skipped") } else { String::new() },
     );
     if sink.failed > 0 {

@@ -73,6 +73,19 @@ impl Server {
         s
     }
 
+    /// A server whose databases admit anyone, as CouchDB's
+    /// `[couchdb] default_security = everyone` does (CouchDB 3's default,
+    /// and Settee's, is admin-only): for tests of the document API that
+    /// send anonymous requests on purpose.
+    pub fn start_open() -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        open_security(&dir);
+        let mut s = Server::start_in(&dir, &[]);
+        s._tmp = Some(tmp);
+        s
+    }
+
     /// A server on `dir` with extra arguments.
     pub fn start_in(dir: &Path, extra: &[&str]) -> Server {
         let admin = format!("{}:{}", ADMIN.0, ADMIN.1);
@@ -306,7 +319,10 @@ pub mod base64_lite {
     }
 }
 
-/// One server shared by the tests of a file (each test uses its own databases).
+/// One server shared by the tests of a file (each test uses its own
+/// databases). Its databases admit anyone (`default_security = everyone`):
+/// these tests exercise the document API with anonymous requests; the
+/// admin-only default is checked by the conformance scenarios.
 pub fn shared() -> &'static Server {
     static SERVER: std::sync::OnceLock<Server> = std::sync::OnceLock::new();
     SERVER.get_or_init(|| {
@@ -316,8 +332,18 @@ pub fn shared() -> &'static Server {
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("tempdir");
         let dir = tmp.path().to_path_buf();
+        open_security(&dir);
         let mut s = Server::start_in(&dir, &[]);
         s._tmp = Some(tmp);
         s
     })
+}
+
+/// Writes a `settee.ini` whose databases admit anyone.
+fn open_security(dir: &Path) {
+    std::fs::write(
+        dir.join("settee.ini"),
+        "[couchdb]\ndefault_security = everyone\n",
+    )
+    .expect("write settee.ini");
 }
