@@ -67,8 +67,10 @@ pub fn collate_str(a: &str, b: &str) -> Ordering {
 }
 
 /// The shared ICU root collator. Building it resolves locale data, so it is
-/// done once; the collator itself is immutable and `Sync`.
-fn collator() -> &'static CollatorBorrowed<'static> {
+/// done once; the collator itself is immutable and `Sync`. The index key
+/// encoding (settee-index) takes its sort keys from this same collator, so
+/// the two orders cannot drift apart.
+pub fn collator() -> &'static CollatorBorrowed<'static> {
     static COLLATOR: OnceLock<CollatorBorrowed<'static>> = OnceLock::new();
     COLLATOR.get_or_init(|| {
         // Default preferences select the root locale and default options are
@@ -149,15 +151,17 @@ fn compare_objects(a: &Map<String, Value>, b: &Map<String, Value>, tie: &mut Ord
     a.len().cmp(&b.len())
 }
 
-/// A JSON number in a form that can be compared exactly.
-#[derive(Clone, Copy)]
-enum Num {
+/// A JSON number in a form that can be compared exactly (shared with the
+/// index key encoding, which must order numbers the same way).
+#[derive(Clone, Copy, Debug)]
+pub enum Num {
     /// Every `u64` and `i64` fits, so integers never lose precision.
     Int(i128),
     Float(f64),
 }
 
-fn classify(n: &Number) -> Num {
+/// The exact form of a JSON number.
+pub fn classify(n: &Number) -> Num {
     if let Some(u) = n.as_u64() {
         Num::Int(i128::from(u))
     } else if let Some(i) = n.as_i64() {

@@ -80,11 +80,9 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::sync::OnceLock;
 
-use icu_collator::options::CollatorOptions;
-use icu_collator::{Collator, CollatorBorrowed, CollatorPreferences};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
+use settee_core::collate::{classify, collator, Num};
 
 #[cfg(test)]
 mod tests;
@@ -281,17 +279,6 @@ impl Encoder {
     }
 }
 
-/// The ICU root collator at tertiary strength, built exactly as
-/// `settee_core::collate` builds its own (the two must agree for the
-/// encoding to follow `collate`; the property tests check that they do).
-fn collator() -> &'static CollatorBorrowed<'static> {
-    static COLLATOR: OnceLock<CollatorBorrowed<'static>> = OnceLock::new();
-    COLLATOR.get_or_init(|| {
-        Collator::try_new(CollatorPreferences::default(), CollatorOptions::default())
-            .expect("compiled-in ICU root collation data is always available")
-    })
-}
-
 fn put_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     for &b in bytes {
         if b == 0 {
@@ -301,25 +288,6 @@ fn put_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
         }
     }
     out.extend_from_slice(&[0x00, 0x01]);
-}
-
-/// A JSON number in a form that can be compared exactly.
-#[derive(Clone, Copy, Debug)]
-enum Num {
-    /// Every `u64` and `i64` fits.
-    Int(i128),
-    Float(f64),
-}
-
-fn classify(n: &Number) -> Num {
-    if let Some(u) = n.as_u64() {
-        Num::Int(i128::from(u))
-    } else if let Some(i) = n.as_i64() {
-        Num::Int(i128::from(i))
-    } else {
-        // Without `arbitrary_precision`, every other number is a finite f64.
-        Num::Float(n.as_f64().unwrap_or(0.0))
-    }
 }
 
 /// `(e, fraction)` of a positive magnitude `2^e * (1 + fraction / 2^64)`.

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::check::{preview, verdict, Verdict, DOCUMENTED_500};
 use crate::consistency::{self, ConsistencyReport};
 use crate::gen::{self, Case, Delivery, GenConfig, Need};
-use crate::procwatch::{self, RssSummary, RssWatch};
+use crate::procwatch::{self, mib, RssSummary, RssWatch};
 use crate::target::Target;
 use crate::wire::{Conn, Response, WireError};
 
@@ -209,23 +209,7 @@ impl HostileReport {
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
         let _ = writeln!(o, "  top CouchDB errors: {}", top.join(", "));
-        let _ = writeln!(
-            o,
-            "  server pid {}: alive {}, RSS start {} MiB, peak {} MiB, end {} MiB",
-            self.pid.map_or("?".into(), |p| p.to_string()),
-            self.server_alive
-                .map_or("unknown".into(), |a| a.to_string()),
-            mib(self.rss.start_kib),
-            mib(self.rss.peak_kib),
-            mib(self.rss.end_kib)
-        );
-        let tl: Vec<String> = self
-            .rss
-            .timeline(12)
-            .iter()
-            .map(|s| format!("{:.0}s:{}", s.at_s, mib(s.rss_kib)))
-            .collect();
-        let _ = writeln!(o, "  RSS over time (MiB): {}", tl.join(" "));
+        o.push_str(&self.rss.render_server(self.pid, self.server_alive, 12));
         let _ = writeln!(o, "  panics in server stderr: {}", self.panics.len());
         for p in self.panics.iter().take(5) {
             let _ = writeln!(o, "    {p}");
@@ -273,10 +257,6 @@ impl HostileReport {
         let _ = writeln!(o, "  verdict: {}", if self.ok() { "PASS" } else { "FAIL" });
         o
     }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1}", kib as f64 / 1024.0)
 }
 
 fn join_map<K: std::fmt::Display, V: std::fmt::Display>(m: &BTreeMap<K, V>) -> String {

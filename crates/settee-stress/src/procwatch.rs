@@ -148,7 +148,31 @@ pub struct RssSummary {
     pub died: bool,
 }
 
+/// Kibibytes as MiB with one decimal (reports).
+pub fn mib(kib: u64) -> String {
+    format!("{:.1}", kib as f64 / 1024.0)
+}
+
 impl RssSummary {
+    /// The report lines about the server process: pid, liveness, RSS at
+    /// start/peak/end and about `points` samples over time.
+    pub fn render_server(&self, pid: Option<u32>, alive: Option<bool>, points: usize) -> String {
+        let tl: Vec<String> = self
+            .timeline(points)
+            .iter()
+            .map(|s| format!("{:.0}s:{}", s.at_s, mib(s.rss_kib)))
+            .collect();
+        format!(
+            "  server pid {}: alive {}, RSS start {} MiB, peak {} MiB, end {} MiB\n  RSS over time (MiB): {}\n",
+            pid.map_or("?".into(), |p| p.to_string()),
+            alive.map_or("unknown".into(), |a| a.to_string()),
+            mib(self.start_kib),
+            mib(self.peak_kib),
+            mib(self.end_kib),
+            tl.join(" ")
+        )
+    }
+
     /// `samples` thinned to about `n` evenly spaced ones (for reports).
     pub fn timeline(&self, n: usize) -> Vec<RssSample> {
         if self.samples.len() <= n || n < 2 {

@@ -110,7 +110,6 @@ impl SoakReport {
     pub fn render(&self) -> String {
         use std::fmt::Write as _;
         let mut o = String::new();
-        let mib = |k: u64| format!("{:.1}", k as f64 / 1024.0);
         let _ = writeln!(
             o,
             "soak: {} clients ({} connected), {} documents, {:.1} s",
@@ -163,23 +162,7 @@ impl SoakReport {
                 self.per_second.len()
             );
         }
-        let _ = writeln!(
-            o,
-            "  server pid {}: alive {}, RSS start {} MiB, peak {} MiB, end {} MiB",
-            self.pid.map_or("?".into(), |p| p.to_string()),
-            self.server_alive
-                .map_or("unknown".into(), |a| a.to_string()),
-            mib(self.rss.start_kib),
-            mib(self.rss.peak_kib),
-            mib(self.rss.end_kib)
-        );
-        let tl: Vec<String> = self
-            .rss
-            .timeline(13)
-            .iter()
-            .map(|s| format!("{:.0}s:{}", s.at_s, mib(s.rss_kib)))
-            .collect();
-        let _ = writeln!(o, "  RSS over time (MiB): {}", tl.join(" "));
+        o.push_str(&self.rss.render_server(self.pid, self.server_alive, 13));
         let _ = writeln!(
             o,
             "  final check: {} lost updates{}; panics in server stderr: {}",

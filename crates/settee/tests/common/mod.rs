@@ -88,6 +88,21 @@ impl Server {
 
     /// A server on `dir` with extra arguments.
     pub fn start_in(dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn_with(dir, &Server::serve_args(dir, extra), None)
+    }
+
+    /// [`Server::start_in`] with the server's stderr appended to `log`
+    /// (for tests that look for panics in it).
+    pub fn start_in_logged(dir: &Path, extra: &[&str], log: &Path) -> Server {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("stderr log");
+        Server::spawn_with(dir, &Server::serve_args(dir, extra), Some(file))
+    }
+
+    fn serve_args(dir: &Path, extra: &[&str]) -> Vec<String> {
         let admin = format!("{}:{}", ADMIN.0, ADMIN.1);
         let mut args = vec![
             "serve",
@@ -101,20 +116,33 @@ impl Server {
             args.extend(["--admin", admin.as_str()]);
         }
         args.extend(extra.iter().filter(|a| **a != "--no-admin"));
-        Server::spawn(dir, &args)
+        args.into_iter().map(str::to_string).collect()
     }
 
-    pub fn spawn(dir: &Path, args: &[&str]) -> Server {
+    /// Starts the binary with `args`; its stderr goes to `stderr_log` if
+    /// given, else it is read and dropped.
+    fn spawn_with<S: AsRef<std::ffi::OsStr>>(
+        dir: &Path,
+        args: &[S],
+        stderr_log: Option<std::fs::File>,
+    ) -> Server {
+        let logged = stderr_log.is_some();
         let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(args)
             .env_remove("SETTEE_ADMIN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr_log.map_or_else(Stdio::piped, Stdio::from))
             .spawn()
             .expect("start settee");
         let stdout = child.stdout.take().expect("stdout");
-        let stderr = child.stderr.take().expect("stderr");
+        if !logged {
+            let stderr = child.stderr.take().expect("stderr");
+            std::thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = BufReader::new(stderr).read_to_end(&mut sink);
+            });
+        }
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -122,10 +150,6 @@ impl Server {
                 let _ = tx.send(first);
             }
             for _ in lines {}
-        });
-        std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = BufReader::new(stderr).read_to_end(&mut sink);
         });
         let line = rx
             .recv_timeout(Duration::from_secs(60))
