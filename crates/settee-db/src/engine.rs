@@ -212,6 +212,8 @@ impl Engine {
         batch.delete(Keyspace::Meta, keys::state(meta.id));
         let (count_lo, count_hi) = keys::seq_count_range(meta.id);
         batch.delete_range(Keyspace::Meta, count_lo, count_hi);
+        let (block_lo, block_hi) = keys::id_block_range(meta.id);
+        batch.delete_range(Keyspace::Meta, block_lo, block_hi);
         for ks in [
             Keyspace::Docs,
             Keyspace::Seqs,

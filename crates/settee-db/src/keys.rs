@@ -16,6 +16,7 @@ pub const META_NEXT_DB_ID: &[u8] = b"next_db_id";
 pub const META_DB_PREFIX: &[u8] = b"db:";
 pub const META_STATE_PREFIX: &[u8] = b"state:";
 pub const META_SEQ_COUNT_PREFIX: &[u8] = b"seqcount:";
+pub const META_ID_BLOCK_PREFIX: &[u8] = b"idblock:";
 
 /// Sequences per by-seq count bucket: bucket `b` holds `[b * SEQ_BUCKET,
 /// (b + 1) * SEQ_BUCKET)`.
@@ -62,6 +63,30 @@ pub fn seq_count_bucket(key: &[u8]) -> u64 {
 /// `[start, end)` covering all keys of `db` in any keyspace.
 pub fn db_range(db: DbId) -> (Vec<u8>, Vec<u8>) {
     (db.to_be_bytes().to_vec(), (db + 1).to_be_bytes().to_vec())
+}
+
+/// Meta key of the counts of the block of ids of `db` starting at
+/// `boundary` (see `crate::id_blocks`).
+pub fn id_block(db: DbId, boundary: &[u8]) -> Vec<u8> {
+    [META_ID_BLOCK_PREFIX, &db.to_be_bytes(), boundary].concat()
+}
+
+/// `[start, end)` of the Meta keys holding `db`'s id blocks.
+pub fn id_block_range(db: DbId) -> (Vec<u8>, Vec<u8>) {
+    (
+        [META_ID_BLOCK_PREFIX, &db.to_be_bytes()].concat(),
+        [META_ID_BLOCK_PREFIX, &(db + 1).to_be_bytes()].concat(),
+    )
+}
+
+/// The boundary of an [`id_block`] key.
+pub fn id_block_boundary(key: &[u8]) -> &[u8] {
+    &key[META_ID_BLOCK_PREFIX.len() + 8..]
+}
+
+/// By-id key of an id given as bytes.
+pub fn doc_bytes(db: DbId, id: &[u8]) -> Vec<u8> {
+    [&db.to_be_bytes()[..], id].concat()
 }
 
 /// By-id (and local) key.
@@ -132,6 +157,10 @@ mod tests {
         assert!(lo <= seq_count(7, 0) && seq_count(7, u64::MAX) < hi);
         assert!(seq_count(7, 1) < seq_count(7, 256) && seq_count(6, u64::MAX) < lo);
         assert_eq!(seq_count_bucket(&seq_count(7, 300)), 300);
+        let (lo, hi) = id_block_range(7);
+        let k = id_block(7, b"doc-1");
+        assert!(lo <= k && k < hi && lo <= id_block(7, b"") && id_block(7, b"\xff\xff") < hi);
+        assert_eq!(id_block_boundary(&k), b"doc-1");
         // The length prefix keeps one id's bodies apart from a longer id's.
         assert!(
             !body(1, "a", &Rev::new(1, "h")).starts_with(&body(1, "ab", &Rev::new(1, "h"))[..12])

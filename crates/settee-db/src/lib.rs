@@ -25,6 +25,7 @@ pub mod committer;
 pub mod database;
 pub mod engine;
 pub mod error;
+mod id_blocks;
 mod inflight;
 pub mod keys;
 pub mod options;

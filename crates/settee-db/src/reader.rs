@@ -13,13 +13,16 @@
 //!   count per later bucket (see `crate::writer`), whatever the number of
 //!   changes; a database whose counts are not built yet is counted row by
 //!   row.
-//! - [`Reader::live_before`] (`_all_docs`' `offset` with a start key) has
-//!   no index to use: it counts live documents on the smaller side of the
-//!   start key (scanning both sides by turns, in growing steps, and
-//!   stopping when one is done; the other side is the database's
-//!   `doc_count` minus it), so it costs at most about twice the smaller
-//!   side. Past [`OFFSET_SCAN_MAX`] documents on each side it gives up
-//!   (`None`).
+//! - [`Reader::live_before`] (`_all_docs`' `offset` with a start key)
+//!   sums the live counts of the id blocks before the key's block and
+//!   counts within that block ([`crate::id_blocks`]): one Meta entry per
+//!   block plus at most a block of records. A database whose blocks are
+//!   not built yet (written only before they existed) is counted on the
+//!   smaller side of the start key instead (both sides scanned by turns,
+//!   in growing steps, stopping when one is done; the other side is the
+//!   database's `doc_count` minus it): at most about twice the smaller
+//!   side, and past [`OFFSET_SCAN_MAX`] documents on each side it gives
+//!   up (`None`).
 
 use std::sync::Arc;
 
@@ -29,11 +32,39 @@ use settee_core::revtree::{RevStatus, RevTree};
 use settee_store::{Keyspace, Snapshot};
 
 use crate::error::{Error, Result};
+use crate::id_blocks;
 use crate::keys::{self, DbId};
 use crate::poison::Poison;
 use crate::records::{
     decode, DbState, DocRecord, DocRecordHead, LocalRecord, PurgeRecord, SeqRecord,
 };
+
+/// A fallible visitor of raw (key, value) pairs: `Ok(false)` stops the scan.
+pub(crate) type RawVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
+
+/// Visits raw (key, value) pairs in `[from, to)` of a view with a visitor
+/// that may fail: its first error stops the scan and is returned (after a
+/// storage error, which poisons the engine).
+pub(crate) fn try_scan(
+    view: &dyn Snapshot,
+    poison: &Poison,
+    ks: Keyspace,
+    from: &[u8],
+    to: &[u8],
+    reverse: bool,
+    visit: &mut RawVisitor<'_>,
+) -> Result<()> {
+    let mut failure = None;
+    let scan = view.scan(ks, from, to, reverse, &mut |k, v| match visit(k, v) {
+        Ok(more) => more,
+        Err(e) => {
+            failure = Some(e);
+            false
+        }
+    });
+    poison.guard(scan)?;
+    failure.map_or(Ok(()), Err)
+}
 
 /// Most documents [`Reader::live_before`] counts on each side of its key
 /// before it gives up.
@@ -320,34 +351,33 @@ impl Reader {
         );
         let to = keys::db_range(self.db).1;
         let mut taken = 0u64;
-        let mut failure = None;
-        let scan = self
-            .snap
-            .scan(Keyspace::Seqs, &from, &to, descending, &mut |k, v| {
-                if taken >= limit {
-                    return false;
-                }
-                match decode::<SeqRecord>(v, "seq record") {
-                    Ok(rec) if rec.leaves.is_empty() => {
-                        failure = Some(Error::Corrupt("seq record without leaves".into()));
-                        false
-                    }
-                    Ok(rec) => {
-                        taken += 1;
-                        visit(ChangeRow {
-                            seq: keys::seq_of(k),
-                            id: rec.id,
-                            leaves: rec.leaves,
-                        })
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        false
-                    }
-                }
-            });
-        self.poison.guard(scan)?;
-        failure.map_or(Ok(()), Err)
+        self.try_scan(Keyspace::Seqs, &from, &to, descending, &mut |k, v| {
+            if taken >= limit {
+                return Ok(false);
+            }
+            let rec = decode::<SeqRecord>(v, "seq record")?;
+            if rec.leaves.is_empty() {
+                return Err(Error::Corrupt("seq record without leaves".into()));
+            }
+            taken += 1;
+            Ok(visit(ChangeRow {
+                seq: keys::seq_of(k),
+                id: rec.id,
+                leaves: rec.leaves,
+            }))
+        })
+    }
+
+    /// [`try_scan`] of this reader's snapshot.
+    fn try_scan(
+        &self,
+        ks: Keyspace,
+        from: &[u8],
+        to: &[u8],
+        reverse: bool,
+        visit: &mut RawVisitor<'_>,
+    ) -> Result<()> {
+        try_scan(&*self.snap, &self.poison, ks, from, to, reverse, visit)
     }
 
     /// Visits raw (id, value) pairs of a keyspace in an id range.
@@ -358,22 +388,11 @@ impl Reader {
         visit: &mut dyn FnMut(&str, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let (lo, hi) = id_bounds(self.db, q);
-        let mut failure = None;
-        let scan = self.snap.scan(ks, &lo, &hi, q.descending, &mut |k, v| {
-            let Ok(id) = std::str::from_utf8(keys::doc_id(k)) else {
-                failure = Some(Error::Corrupt("document id is not UTF-8".into()));
-                return false;
-            };
-            match visit(id, v) {
-                Ok(more) => more,
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            }
-        });
-        self.poison.guard(scan)?;
-        failure.map_or(Ok(()), Err)
+        self.try_scan(ks, &lo, &hi, q.descending, &mut |k, v| {
+            let id = std::str::from_utf8(keys::doc_id(k))
+                .map_err(|_| Error::Corrupt("document id is not UTF-8".into()))?;
+            visit(id, v)
+        })
     }
 
     /// `_all_docs`: live documents in id order within `q`.
@@ -595,27 +614,10 @@ impl Reader {
             }
             let from = keys::seq_count(self.db, bucket);
             let to = keys::seq_count_range(self.db).1;
-            let mut failure = None;
-            let scan = self.snap.scan(
-                Keyspace::Meta,
-                &from,
-                &to,
-                false,
-                &mut |_, v| match decode::<u64>(v, "by-seq count") {
-                    Ok(c) => {
-                        n += c;
-                        true
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        false
-                    }
-                },
-            );
-            self.poison.guard(scan)?;
-            if let Some(e) = failure {
-                return Err(e);
-            }
+            self.try_scan(Keyspace::Meta, &from, &to, false, &mut |_, v| {
+                n += decode::<u64>(v, "by-seq count")?;
+                Ok(true)
+            })?;
         }
         Ok(n)
     }
@@ -657,27 +659,11 @@ impl Reader {
     pub fn purged_infos(&self) -> Result<Vec<(String, Vec<Rev>)>> {
         let (lo, hi) = keys::db_range(self.db);
         let mut out = Vec::new();
-        let mut failure = None;
-        let scan = self.snap.scan(
-            Keyspace::Purges,
-            &lo,
-            &hi,
-            false,
-            &mut |_, v| match decode::<PurgeRecord>(v, "purge record") {
-                Ok(rec) => {
-                    out.push((rec.id, rec.revs));
-                    true
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            },
-        );
-        self.poison.guard(scan)?;
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        self.try_scan(Keyspace::Purges, &lo, &hi, false, &mut |_, v| {
+            let rec = decode::<PurgeRecord>(v, "purge record")?;
+            out.push((rec.id, rec.revs));
+            Ok(true)
+        })?;
         out.sort_by_cached_key(|(id, revs)| {
             (
                 id.clone(),
@@ -712,31 +698,16 @@ impl Reader {
     fn count_live_keys(&self, from: &[u8], to: &[u8], max: u64) -> Result<(u64, Option<Vec<u8>>)> {
         let (mut live, mut seen) = (0u64, 0u64);
         let mut resume = None;
-        let mut failure = None;
-        let scan = self
-            .snap
-            .scan(Keyspace::Docs, from, to, false, &mut |k, v| {
-                if seen == max {
-                    resume = Some(k.to_vec());
-                    return false;
-                }
-                seen += 1;
-                match DocRecordHead::decode(v) {
-                    Ok(head) => {
-                        live += u64::from(head.is_live());
-                        true
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        false
-                    }
-                }
-            });
-        self.poison.guard(scan)?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok((live, resume)),
-        }
+        self.try_scan(Keyspace::Docs, from, to, false, &mut |k, v| {
+            if seen == max {
+                resume = Some(k.to_vec());
+                return Ok(false);
+            }
+            seen += 1;
+            live += u64::from(DocRecordHead::decode(v)?.is_live());
+            Ok(true)
+        })?;
+        Ok((live, resume))
     }
 
     /// [`Reader::live_before`] when only whether it reaches `cap` matters:
@@ -750,27 +721,15 @@ impl Reader {
         } else {
             (first, key)
         };
-        let mut live = 0u64;
-        let mut failure = None;
         if cap == 0 {
             return Ok(0);
         }
-        let scan =
-            self.snap
-                .scan(Keyspace::Docs, &from, &to, !descending, &mut |_, v| {
-                    match DocRecordHead::decode(v) {
-                        Ok(head) => {
-                            live += u64::from(head.is_live());
-                            live < cap
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            false
-                        }
-                    }
-                });
-        self.poison.guard(scan)?;
-        failure.map_or(Ok(live), Err)
+        let mut live = 0u64;
+        self.try_scan(Keyspace::Docs, &from, &to, !descending, &mut |_, v| {
+            live += u64::from(DocRecordHead::decode(v)?.is_live());
+            Ok(live < cap)
+        })?;
+        Ok(live)
     }
 
     /// Live documents before `start` in scan order: ids below it, or above
@@ -779,6 +738,9 @@ impl Reader {
     /// doc); `None` when both sides hold more than [`OFFSET_SCAN_MAX`]
     /// documents.
     pub fn live_before(&self, start: &str, descending: bool) -> Result<Option<u64>> {
+        if let Some(n) = self.live_before_by_blocks(start, descending)? {
+            return Ok(Some(n));
+        }
         let (first, last) = keys::db_range(self.db);
         let key = keys::doc(self.db, start);
         let split = if descending { just_after(key) } else { key };
@@ -809,6 +771,25 @@ impl Reader {
             step = (step * 2).min(OFFSET_SCAN_MAX.saturating_sub(examined));
         }
         Ok(None)
+    }
+
+    /// [`Reader::live_before`] from the id blocks; `None` when the
+    /// database has none yet.
+    fn live_before_by_blocks(&self, start: &str, descending: bool) -> Result<Option<u64>> {
+        let found = id_blocks::block_of(&*self.snap, &self.poison, self.db, start.as_bytes())?;
+        let Some((below, boundary)) = found else {
+            return Ok(None);
+        };
+        let from = keys::doc_bytes(self.db, &boundary);
+        let key = keys::doc(self.db, start);
+        // Live ids below `start`, or up to it when descending.
+        let to = if descending { just_after(key) } else { key };
+        let upto = below + self.count_live_keys(&from, &to, u64::MAX)?.0;
+        Ok(Some(if descending {
+            self.state()?.doc_count.saturating_sub(upto)
+        } else {
+            upto
+        }))
     }
 
     /// Visits every document record (deleted ones too) in id order.

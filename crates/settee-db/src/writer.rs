@@ -81,6 +81,7 @@ use tokio::sync::oneshot;
 use crate::committer::{Commit, Pipe, Reply};
 use crate::database::Shared;
 use crate::error::{DocFailure, Error, Result};
+use crate::id_blocks::{Delta, IdBlocks};
 use crate::inflight::Inflight;
 use crate::keys::{self, DbId};
 use crate::options::Durability;
@@ -165,6 +166,10 @@ pub(crate) struct Writer {
     /// By-seq counts (bucket → rows) this writer read or wrote: the latest
     /// values, including what groups in the pipeline wrote.
     seq_counts: FxHashMap<u64, u64>,
+    /// The live counts per block of ids (see [`crate::id_blocks`]): `None`
+    /// until read (or built) by this writer's first group, and after a
+    /// group that changed them failed before it was sent.
+    blocks: Option<IdBlocks>,
 }
 
 /// Buckets of by-seq counts a writer keeps before it forgets them (once
@@ -187,7 +192,42 @@ impl Writer {
             inflight: Inflight::default(),
             max_id: None,
             seq_counts: FxHashMap::default(),
+            blocks: None,
         }
+    }
+
+    /// Makes the id blocks ready for a group: read from storage (or built,
+    /// for a database that has none) by the first group, oversized ones
+    /// cut. Both read storage, so the pipeline is drained first. What they
+    /// write goes to `batch`, the group's.
+    fn prepare_blocks(&mut self, batch: &mut Batch) -> Result<()> {
+        let needs_storage = self.blocks.as_ref().is_none_or(IdBlocks::needs_cut);
+        if !needs_storage {
+            return Ok(());
+        }
+        self.pipe.drain();
+        self.inflight.clear();
+        let (db, poison) = (self.shared.db, &self.shared.poison);
+        let view = self.shared.store.latest();
+        match &mut self.blocks {
+            Some(blocks) => {
+                let cuts = blocks.cut(&*view, poison)?;
+                blocks.apply_cuts(batch, cuts);
+            }
+            None => {
+                self.blocks = Some(match IdBlocks::load(&*view, poison, db)? {
+                    Some(blocks) => blocks,
+                    None => IdBlocks::build(&*view, poison, db, batch)?,
+                });
+                // Loaded blocks may be due a cut too.
+                let blocks = self.blocks.as_mut().expect("just set");
+                if blocks.needs_cut() {
+                    let cuts = blocks.cut(&*view, poison)?;
+                    blocks.apply_cuts(batch, cuts);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Counts the by-seq rows of every bucket, from storage (for a database
@@ -424,12 +464,18 @@ impl Writer {
                 }
             }
         };
-        let max_id = self.max_id.as_ref().and_then(Option::as_deref);
-        let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
         let docs: usize = buffered.iter().map(|u| u.docs.len()).sum::<usize>()
             + todo.iter().map(Request::doc_count).sum::<usize>();
         // Two records per document, ~100 bytes each for small documents.
-        ctx.batch = Batch::with_capacity(2 * docs + 2, 128 * docs + 96);
+        let mut batch = Batch::with_capacity(2 * docs + 4, 128 * docs + 160);
+        if let Err(e) = self.prepare_blocks(&mut batch) {
+            self.blocks = None;
+            fail_all(buffered, todo, &e);
+            return;
+        }
+        let max_id = self.max_id.as_ref().and_then(Option::as_deref);
+        let mut ctx = Ctx::new(&self.shared, &self.inflight, self.state.clone());
+        ctx.batch = batch;
         if let Some(counts) = built {
             let head = counts.keys().copied().max().unwrap_or(0);
             for (bucket, n) in counts {
@@ -537,9 +583,18 @@ impl Writer {
             mut batch,
             records,
             seq_deltas,
+            id_deltas,
             ..
         } = ctx;
-        if let Err(e) = self.write_seq_counts(&mut batch, &mut state, seq_deltas) {
+        let counted = self
+            .write_seq_counts(&mut batch, &mut state, seq_deltas)
+            .and_then(|()| match &mut self.blocks {
+                Some(blocks) => blocks.apply(&mut batch, &id_deltas),
+                None => Err(Error::Corrupt("id blocks not loaded".into())),
+            });
+        if let Err(e) = counted {
+            // The blocks may hold changes this batch would have written.
+            self.blocks = None;
             for reply in replies {
                 reply.send(Some(&e));
             }
@@ -618,6 +673,8 @@ struct Ctx<'a> {
     req_base: u64,
     /// Changes of the by-seq counts, by bucket.
     seq_deltas: FxHashMap<u64, i64>,
+    /// Changes of the id blocks' counts, by document.
+    id_deltas: Vec<Delta>,
     batch: Batch,
 }
 
@@ -643,6 +700,7 @@ struct Checkpoint {
     ops: usize,
     records: Vec<(String, Option<DocRecord>)>,
     seq_deltas: FxHashMap<u64, i64>,
+    id_deltas: usize,
 }
 
 impl<'a> Ctx<'a> {
@@ -656,6 +714,7 @@ impl<'a> Ctx<'a> {
             records: FxHashMap::default(),
             req_base: 0,
             seq_deltas: FxHashMap::default(),
+            id_deltas: Vec::new(),
             batch: Batch::new(),
         }
     }
@@ -751,6 +810,7 @@ impl<'a> Ctx<'a> {
                 .map(|id| (id.clone(), self.records.get(id).cloned().flatten()))
                 .collect(),
             seq_deltas: self.seq_deltas.clone(),
+            id_deltas: self.id_deltas.len(),
         };
         let results = self.update(docs, new_edits);
         let failures: Vec<(String, DocFailure)> = ids
@@ -763,6 +823,7 @@ impl<'a> Ctx<'a> {
         }
         self.state = cp.state;
         self.seq_deltas = cp.seq_deltas;
+        self.id_deltas.truncate(cp.id_deltas);
         self.batch.truncate(cp.ops);
         for (id, rec) in cp.records {
             self.records.insert(id, rec);
@@ -858,7 +919,7 @@ impl<'a> Ctx<'a> {
                 None => {}
             }
         }
-        self.count(old_presence, presence(Some(&tree)));
+        self.count(id, old_presence, presence(Some(&tree)));
         let seq = match old_seq {
             // Changed earlier in this request: the same sequence.
             Some(old_seq) if old_seq > self.req_base => old_seq,
@@ -902,7 +963,18 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn count(&mut self, before: Presence, after: Presence) {
+    /// Counts a document's change of presence (in the database's counters
+    /// and its id block's).
+    fn count(&mut self, id: &str, before: Presence, after: Presence) {
+        let records = i64::from(after != Presence::Absent) - i64::from(before != Presence::Absent);
+        let live = i64::from(after == Presence::Live) - i64::from(before == Presence::Live);
+        if records != 0 || live != 0 {
+            self.id_deltas.push(Delta {
+                id: id.to_string(),
+                records,
+                live,
+            });
+        }
         let s = &mut self.state;
         match before {
             Presence::Live => s.doc_count -= 1,
@@ -984,7 +1056,7 @@ impl<'a> Ctx<'a> {
                     self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
                     self.count_seq(old.seq, -1);
                     self.batch.delete(Keyspace::Docs, keys::doc(db, &id));
-                    self.count(presence(Some(&old.tree)), Presence::Absent);
+                    self.count(&id, presence(Some(&old.tree)), Presence::Absent);
                     self.state.external_bytes =
                         self.state.external_bytes.saturating_sub(old.winner_bytes());
                     self.records.insert(id.clone(), None);

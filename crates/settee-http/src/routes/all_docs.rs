@@ -24,13 +24,13 @@
 //!   range), plus `skip`, at most `total_rows`; `_local_docs` reports
 //!   `null`. Without a start key it costs nothing; for `_design_docs` the
 //!   count stops at `total_rows` (a scan of at most that many live
-//!   documents); for `_all_docs` with a start key it walks the smaller
-//!   side of the key (`Reader::live_before`: about twice that side;
-//!   measured 25 ms for a start key in the middle of 100k documents,
-//!   under 1 ms near either end) and gives up (`null`) past
-//!   `settee_db::reader::OFFSET_SCAN_MAX` documents on each side
-//!   (CouchDB's b-tree reductions give it in O(log n); Settee keeps no
-//!   counts by id).
+//!   documents); for `_all_docs` with a start key it reads the live
+//!   counts per block of ids (`Reader::live_before`: one entry per block
+//!   before the key plus at most one block of records; CouchDB's b-tree
+//!   reductions give it in O(log n)). A database whose blocks are not
+//!   built yet walks the smaller side of the key instead and gives up
+//!   (`null`) past `settee_db::reader::OFFSET_SCAN_MAX` documents on each
+//!   side.
 //! - `_design_docs`' `total_rows` is the number of live design documents
 //!   (one scan of the design range).
 //! - Scans run on the blocking pool and stream (see [`crate::stream`]).

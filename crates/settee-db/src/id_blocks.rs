@@ -1,0 +1,289 @@
+//! Live-document counts per block of ids: what makes `_all_docs`'
+//! `offset` with a start key cost one block instead of one side of the
+//! database.
+//!
+//! The by-id keyspace of a database is cut into blocks `[boundary, next
+//! boundary)`; the first block's boundary is the empty id, so every id
+//! has exactly one block. Each block's record count (live and deleted
+//! documents) and live count sit under its Meta key
+//! ([`keys::id_block`]), written by the database's writer in the same
+//! batch as the documents they count.
+//!
+//! Invariants:
+//! - **Exact, in every snapshot.** For every block, the stored counts are
+//!   those of the by-id records in its range in the same committed state
+//!   (the writer applies a group's changes to the blocks it touched in
+//!   that group's batch). A reader's block counts and documents therefore
+//!   agree.
+//! - **Bounded blocks.** A block is split, in chunks of [`BLOCK`]
+//!   records, by the first group after one that took it past
+//!   [`BLOCK_MAX`] records; an emptied block other than the first is
+//!   removed. So a count reads one Meta entry per block before the key and
+//!   at most about [`BLOCK_MAX`] (plus one group's) records of its block.
+//! - **Built once.** A database whose blocks were never written (created
+//!   before they existed) gets them from a scan by its writer's first
+//!   group; until then readers count the old way (see `crate::reader`).
+//!   Building and splitting read storage, so the writer drains its
+//!   pipeline first.
+
+use std::collections::BTreeMap;
+
+use settee_store::{Batch, Keyspace, Snapshot};
+
+use crate::error::{Error, Result};
+use crate::keys::{self, DbId};
+use crate::poison::Poison;
+use crate::reader::try_scan;
+use crate::records::{decode, encode, DocRecordHead};
+
+/// Records per block when a block is cut.
+pub const BLOCK: u64 = 4096;
+
+/// Records past which a block is cut again.
+pub const BLOCK_MAX: u64 = 2 * BLOCK;
+
+/// The counts of one block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Counts {
+    /// By-id records (live and deleted documents).
+    pub records: u64,
+    pub live: u64,
+}
+
+/// One document's change of the counts: records and live, each -1, 0 or +1.
+#[derive(Debug, Clone)]
+pub(crate) struct Delta {
+    pub id: String,
+    pub records: i64,
+    pub live: i64,
+}
+
+/// The writer's copy of a database's blocks: the latest counts, those of
+/// groups still in the pipeline included.
+pub(crate) struct IdBlocks {
+    db: DbId,
+    blocks: BTreeMap<Box<[u8]>, Counts>,
+    /// Boundaries of blocks past [`BLOCK_MAX`], cut by the next group.
+    oversized: Vec<Box<[u8]>>,
+}
+
+/// Blocks replacing a range of the map, read from storage: what
+/// [`IdBlocks::cut`] found, applied by [`IdBlocks::apply_cuts`].
+pub(crate) type Cuts = Vec<(Box<[u8]>, Vec<(Box<[u8]>, Counts)>)>;
+
+impl IdBlocks {
+    /// The blocks stored for `db`, or `None` when it has none yet.
+    pub(crate) fn load(view: &dyn Snapshot, poison: &Poison, db: DbId) -> Result<Option<IdBlocks>> {
+        let (lo, hi) = keys::id_block_range(db);
+        let mut blocks: BTreeMap<Box<[u8]>, Counts> = BTreeMap::new();
+        try_scan(
+            view,
+            poison,
+            Keyspace::Meta,
+            &lo,
+            &hi,
+            false,
+            &mut |k, v| {
+                blocks.insert(
+                    keys::id_block_boundary(k).into(),
+                    decode::<Counts>(v, "id block")?,
+                );
+                Ok(true)
+            },
+        )?;
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        if !blocks.contains_key(&[][..]) {
+            return Err(Error::Corrupt("id blocks lack the first block".into()));
+        }
+        let oversized = blocks
+            .iter()
+            .filter(|(_, c)| c.records > BLOCK_MAX)
+            .map(|(b, _)| b.clone())
+            .collect();
+        Ok(Some(IdBlocks {
+            db,
+            blocks,
+            oversized,
+        }))
+    }
+
+    /// Blocks for a database that has none stored: every record counted
+    /// (one scan of the by-id keyspace), written to `batch`.
+    pub(crate) fn build(
+        view: &dyn Snapshot,
+        poison: &Poison,
+        db: DbId,
+        batch: &mut Batch,
+    ) -> Result<IdBlocks> {
+        let chunks = chunk(view, poison, db, &[], None)?;
+        let mut blocks = IdBlocks {
+            db,
+            blocks: BTreeMap::new(),
+            oversized: Vec::new(),
+        };
+        blocks.apply_cuts(batch, vec![(Box::from(&[][..]), chunks)]);
+        Ok(blocks)
+    }
+
+    /// Whether a block waits to be cut (the caller drains its pipeline and
+    /// calls [`IdBlocks::cut`]).
+    pub(crate) fn needs_cut(&self) -> bool {
+        !self.oversized.is_empty()
+    }
+
+    /// Reads the oversized blocks from storage (which must hold every
+    /// write) and cuts each into chunks of [`BLOCK`] records. Changes
+    /// nothing: [`IdBlocks::apply_cuts`] does.
+    pub(crate) fn cut(&self, view: &dyn Snapshot, poison: &Poison) -> Result<Cuts> {
+        let mut cuts = Vec::with_capacity(self.oversized.len());
+        for b in &self.oversized {
+            let next = self
+                .blocks
+                .range::<[u8], _>((
+                    std::ops::Bound::Excluded(&b[..]),
+                    std::ops::Bound::Unbounded,
+                ))
+                .next()
+                .map(|(k, _)| k.clone());
+            cuts.push((b.clone(), chunk(view, poison, self.db, b, next.as_deref())?));
+        }
+        Ok(cuts)
+    }
+
+    /// Replaces each cut block by its chunks, in the map and in `batch`.
+    pub(crate) fn apply_cuts(&mut self, batch: &mut Batch, cuts: Cuts) {
+        for (old, chunks) in cuts {
+            self.blocks.remove(&old);
+            batch.delete(Keyspace::Meta, keys::id_block(self.db, &old));
+            for (b, c) in chunks {
+                batch.put(Keyspace::Meta, keys::id_block(self.db, &b), encode(&c));
+                self.blocks.insert(b, c);
+            }
+        }
+        self.oversized.clear();
+    }
+
+    /// Applies one group's document changes to the blocks and writes the
+    /// blocks they changed to the group's batch.
+    pub(crate) fn apply(&mut self, batch: &mut Batch, deltas: &[Delta]) -> Result<()> {
+        let mut changed: BTreeMap<Box<[u8]>, Counts> = BTreeMap::new();
+        for d in deltas {
+            let (b, c) = self
+                .blocks
+                .range::<[u8], _>((
+                    std::ops::Bound::Unbounded,
+                    std::ops::Bound::Included(d.id.as_bytes()),
+                ))
+                .next_back()
+                .ok_or_else(|| Error::Corrupt("id blocks lack the first block".into()))?;
+            let c = changed.entry(b.clone()).or_insert(*c);
+            let bad = || Error::Corrupt(format!("id block count of {:?}", d.id));
+            c.records = c.records.checked_add_signed(d.records).ok_or_else(bad)?;
+            c.live = c.live.checked_add_signed(d.live).ok_or_else(bad)?;
+        }
+        for (b, c) in changed {
+            let key = keys::id_block(self.db, &b);
+            if c.records == 0 && !b.is_empty() {
+                batch.delete(Keyspace::Meta, key);
+                self.blocks.remove(&b);
+                continue;
+            }
+            batch.put(Keyspace::Meta, key, encode(&c));
+            if c.records > BLOCK_MAX {
+                self.oversized.push(b.clone());
+            }
+            self.blocks.insert(b, c);
+        }
+        self.oversized.sort_unstable();
+        self.oversized.dedup();
+        Ok(())
+    }
+}
+
+/// The by-id records of `db` in `[from, to)` (to the end of the database
+/// when `to` is `None`), in chunks of [`BLOCK`] records: the first chunk
+/// starts at `from` (even when its first record is further on), each
+/// other at its first record. An empty range is one empty chunk.
+fn chunk(
+    view: &dyn Snapshot,
+    poison: &Poison,
+    db: DbId,
+    from: &[u8],
+    to: Option<&[u8]>,
+) -> Result<Vec<(Box<[u8]>, Counts)>> {
+    let lo = keys::doc_bytes(db, from);
+    let hi = match to {
+        Some(t) => keys::doc_bytes(db, t),
+        None => keys::db_range(db).1,
+    };
+    let mut chunks: Vec<(Box<[u8]>, Counts)> = vec![(from.into(), Counts::default())];
+    try_scan(
+        view,
+        poison,
+        Keyspace::Docs,
+        &lo,
+        &hi,
+        false,
+        &mut |k, v| {
+            let live = DocRecordHead::decode(v)?.is_live();
+            let last = chunks.len() - 1;
+            if chunks[last].1.records == BLOCK {
+                chunks.push((keys::doc_id(k).into(), Counts::default()));
+            }
+            let c = &mut chunks.last_mut().expect("at least one chunk").1;
+            c.records += 1;
+            c.live += u64::from(live);
+            Ok(true)
+        },
+    )?;
+    Ok(chunks)
+}
+
+/// What a reader needs to count the live documents below a key: the sum
+/// over the blocks before the key's block and where that block starts.
+/// `None` when the database has no blocks yet.
+pub(crate) fn block_of(
+    view: &dyn Snapshot,
+    poison: &Poison,
+    db: DbId,
+    id: &[u8],
+) -> Result<Option<(u64, Box<[u8]>)>> {
+    let (lo, _) = keys::id_block_range(db);
+    let mut hi = keys::id_block(db, id);
+    hi.push(0);
+    let mut below = 0u64;
+    let mut last: Option<(Counts, Box<[u8]>)> = None;
+    try_scan(
+        view,
+        poison,
+        Keyspace::Meta,
+        &lo,
+        &hi,
+        false,
+        &mut |k, v| {
+            let c = decode::<Counts>(v, "id block")?;
+            if let Some((prev, _)) = &last {
+                below += prev.live;
+            }
+            last = Some((c, keys::id_block_boundary(k).into()));
+            Ok(true)
+        },
+    )?;
+    Ok(last.map(|(_, b)| (below, b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_encode_round_trip() {
+        let c = Counts {
+            records: 9000,
+            live: 8000,
+        };
+        assert_eq!(decode::<Counts>(&encode(&c), "id block").unwrap(), c);
+    }
+}
