@@ -23,6 +23,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod idle_poll;
+pub mod linger;
 pub mod render;
 pub mod request;
 pub mod routes;

@@ -6,6 +6,9 @@
 //! - a client must send its request head within `header_read_timeout`
 //!   (slow-loris); bodies are bounded by [`crate::request`];
 //! - keep-alive is on; TCP_NODELAY is set (responses are written whole);
+//! - a closing connection lingers (bounded) to read what the client is
+//!   still sending, so an answer given before the body was read is not
+//!   cut by a reset ([`crate::linger`]);
 //! - connections are served by one thread per CPU, each with its own
 //!   single-threaded runtime; the accept loop gives each new connection to
 //!   the thread with the fewest, and it stays there;
@@ -30,6 +33,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::error::ApiError;
+use crate::linger::Linger;
 use crate::state::App;
 
 /// Limits of the listener.
@@ -207,7 +211,10 @@ async fn serve_thread(
             .timer(TokioTimer::new())
             .header_read_timeout(opts.header_read_timeout)
             .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc.clone()));
+            .serve_connection(
+                TokioIo::new(Linger::new(stream)),
+                TowerToHyperService::new(svc.clone()),
+            );
         let conn = graceful.watch(conn);
         let loads = loads.clone();
         tokio::spawn(async move {

@@ -10,156 +10,33 @@
 //! reads, a soak request that fails or a lost update, and anything the
 //! restart does not bring back (databases, counts, `stress*` config).
 //!
-//! The server is started as `common::Server` starts it (same flags, stdin
-//! tied to the test), except that its stderr goes to a file so the run can
-//! look for panics in it (`common::Server` discards stderr).
+//! The server is a `common::Server` whose stderr goes to a file, so the run
+//! can look for panics in it.
 //!
-//! [`KNOWN_OPEN`] lists the server bugs this suite found that are still
-//! open: they are printed on every run and tolerated so the rest of the
-//! suite stays meaningful; delete an entry when its fix lands, and the
-//! test then guards the fix.
-
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use settee_stress::hostile::Finding;
 use settee_stress::{HostileOptions, SoakOptions, Target};
 
-use common::ADMIN;
-
-/// An open server bug this suite found: the failure kind it shows up as,
-/// what it is, and whether a finding is an instance of it.
-struct KnownBug {
-    kind: &'static str,
-    what: &'static str,
-    matches: fn(&Finding) -> bool,
-}
-
-/// Open server bugs (see bench/RESULTS.md, "Robustness and soak
-/// (conformance issue)", for the reproductions).
-const KNOWN_OPEN: &[KnownBug] = &[
-    KnownBug {
-        kind: "truncated_response",
-        what: "the response is cut (FIN/RST mid-body) when the client is still sending a large request body the handler did not read (no lingering close)",
-        matches: |f| {
-            let head = f.request.to_ascii_lowercase();
-            let big = head
-                .split("content-length: ")
-                .nth(1)
-                .and_then(|v| v.split('\\').next())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .is_some_and(|n| n > 1 << 20);
-            big || head.contains("content-encoding: gzip")
-        },
-    },
-];
-
-/// The server, its stderr log and the stdin that keeps it alive.
-struct Spawned {
-    child: Child,
-    port: u16,
-    _stdin: Option<ChildStdin>,
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Starts `settee serve` on `dir` as `common::Server::start_in` does, with
-/// stderr appended to `log`.
-fn spawn(dir: &Path, log: &Path) -> Spawned {
-    let admin = format!("{}:{}", ADMIN.0, ADMIN.1);
-    let err = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("stderr log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--data",
-            dir.to_str().expect("utf-8 path"),
-            "--exit-on-stdin-eof",
-            "--admin",
-            &admin,
-        ])
-        .env_remove("SETTEE_ADMIN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(err))
-        .spawn()
-        .expect("start settee");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        if let Some(Ok(first)) = lines.next() {
-            let _ = tx.send(first);
-        }
-        for _ in lines {}
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("server did not print its address in 60 s");
-    let port = line
-        .strip_prefix("settee listening on http://127.0.0.1:")
-        .and_then(|p| p.trim().parse::<u16>().ok())
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
-    let stdin = child.stdin.take();
-    Spawned {
-        child,
-        port,
-        _stdin: stdin,
-    }
-}
+use common::{Server, ADMIN};
 
 /// SIGTERM and a bounded wait for a clean exit.
-fn stop(mut s: Spawned) {
-    let status = Command::new("kill")
-        .args(["-TERM", &s.child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -TERM failed");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(Some(st)) = s.child.try_wait() {
-            assert!(st.success(), "server exited with {st}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("server did not stop within 30 s of SIGTERM");
+fn stop(server: Server) {
+    let status = server.stop();
+    assert!(status.success(), "server exited with {status}");
 }
 
-fn admin_get(port: u16, path: &str) -> Value {
-    let r = common::call(
-        &common::agent(),
-        "GET",
-        &format!("http://127.0.0.1:{port}{path}"),
-        Some(ADMIN),
-        &[],
-        None,
-    );
+fn admin_get(server: &Server, path: &str) -> Value {
+    let r = server.admin("GET", path, None);
     assert_eq!(r.status, 200, "GET {path}: {r:?}");
     r.json()
 }
 
 /// The `stress*` sections of the server's configuration.
-fn stress_config(port: u16) -> Value {
-    let all = admin_get(port, "/_node/_local/_config");
+fn stress_config(server: &Server) -> Value {
+    let all = admin_get(server, "/_node/_local/_config");
     let kept: serde_json::Map<String, Value> = all
         .as_object()
         .expect("config object")
@@ -175,7 +52,7 @@ fn hostile_requests_then_soak_then_restart() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     let log = tmp.path().join("stderr.log");
-    let server = spawn(&dir, &log);
+    let server = Server::start_in_logged(&dir, &[], &log);
     let url = format!("http://{}:{}@127.0.0.1:{}", ADMIN.0, ADMIN.1, server.port);
     let target = Target::parse(&url).expect("url");
     let pid = server.child.id();
@@ -221,26 +98,11 @@ fn hostile_requests_then_soak_then_restart() {
         "the run wrote too little: {}",
         c.render()
     );
-    let mut unexpected = Vec::new();
-    for f in &report.findings {
-        match KNOWN_OPEN
-            .iter()
-            .find(|b| b.kind == f.kind && (b.matches)(f))
-        {
-            Some(KnownBug { what, .. }) => println!(
-                "KNOWN OPEN BUG (tolerated): {what}\n  #{} {}: {}",
-                f.index, f.label, f.request
-            ),
-            None => unexpected.push(f),
-        }
-    }
     let counted: u64 = report.failure_counts.values().sum();
     assert!(
-        unexpected.is_empty() && counted as usize == report.findings.len(),
-        "{} unexpected failures ({} in all): {:#?}",
-        unexpected.len(),
-        counted,
-        unexpected
+        report.findings.is_empty() && counted == 0,
+        "{counted} failures: {:#?}",
+        report.findings
     );
 
     // Soak.
@@ -261,25 +123,25 @@ fn hostile_requests_then_soak_then_restart() {
     );
 
     // Restart: everything written comes back.
-    let config_before = stress_config(server.port);
+    let config_before = stress_config(&server);
     let dbs_before: Vec<(String, Value)> = c
         .dbs
         .keys()
         .map(|db| {
             (
                 db.clone(),
-                admin_get(server.port, &format!("/{db}"))["doc_count"].clone(),
+                admin_get(&server, &format!("/{db}"))["doc_count"].clone(),
             )
         })
         .collect();
     stop(server);
-    let server = spawn(&dir, &log);
+    let server = Server::start_in_logged(&dir, &[], &log);
     for (db, count) in &dbs_before {
-        let info = admin_get(server.port, &format!("/{db}"));
+        let info = admin_get(&server, &format!("/{db}"));
         assert_eq!(&info["doc_count"], count, "{db} after restart: {info}");
     }
     assert_eq!(
-        stress_config(server.port),
+        stress_config(&server),
         config_before,
         "stress* config after restart"
     );
@@ -290,42 +152,4 @@ fn hostile_requests_then_soak_then_restart() {
         "robustness test: {:.1} s in all",
         began.elapsed().as_secs_f64()
     );
-}
-
-#[test]
-fn known_bug_patterns_match_their_reproductions() {
-    let finding = |kind: &str, request: &str| Finding {
-        kind: kind.into(),
-        index: 0,
-        label: String::new(),
-        detail: String::new(),
-        request: request.into(),
-        response: String::new(),
-    };
-    let known = |f: &Finding| {
-        KNOWN_OPEN
-            .iter()
-            .any(|b| b.kind == f.kind && (b.matches)(f))
-    };
-    // Fixed (descending live feeds end after one pass): no longer tolerated.
-    assert!(!known(&finding(
-        "response_never_ends",
-        "GET /db/_changes?feed=continuous&timeout=28&descending=true HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
-    )));
-    assert!(!known(&finding(
-        "response_never_ends",
-        "GET /db/_changes?feed=continuous&timeout=28 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
-    )));
-    assert!(known(&finding(
-        "truncated_response",
-        "GET /db/_all_docs HTTP/1.1\\r\\nContent-Length: 8029599\\r\\n\\r\\n{\\\"pad\\\""
-    )));
-    assert!(!known(&finding(
-        "truncated_response",
-        "GET /db/_all_docs HTTP/1.1\\r\\nContent-Length: 12\\r\\n\\r\\n{}"
-    )));
-    assert!(!known(&finding(
-        "no_response",
-        "GET / HTTP/1.1\\r\\n\\r\\n"
-    )));
 }
