@@ -80,6 +80,12 @@ pub struct Settings {
     pub cors: Cors,
     /// `[chttpd] allow_jsonp`: wrap JSON responses in `?callback=` (off by default).
     pub allow_jsonp: bool,
+    /// `[couchdb] os_process_timeout`: the longest one JavaScript call may
+    /// run (read when the server starts).
+    pub os_process_timeout_ms: u64,
+    /// `[query_server_config] reduce_limit`: refuse JavaScript reduce
+    /// output that does not shrink (read when the server starts).
+    pub reduce_limit: bool,
 }
 
 impl Settings {
@@ -119,6 +125,8 @@ impl Settings {
             .unwrap_or(usize::MAX),
             changes_timeout_ms: number("chttpd", "changes_timeout", 60_000),
             allow_jsonp: boolean("chttpd", "allow_jsonp", false),
+            os_process_timeout_ms: number("couchdb", "os_process_timeout", 5000),
+            reduce_limit: boolean("query_server_config", "reduce_limit", true),
             cors: Cors {
                 enabled: boolean("chttpd", "enable_cors", false),
                 origins: get("cors", "origins")

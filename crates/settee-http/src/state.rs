@@ -13,6 +13,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use settee_core::name::validate_db_name;
 use settee_db::{Database, Engine};
+use settee_js::{JsConfig, JsEngine, JsError};
 
 use crate::auth::Auth;
 use crate::config::Config;
@@ -84,12 +85,26 @@ pub struct AppState {
     pub closing: tokio::sync::watch::Sender<bool>,
     /// Told about every request when idle polling is on.
     pub idle_poll: Option<IdlePoll>,
+    /// The JavaScript workers design-document functions run on.
+    pub js: Arc<JsEngine>,
 }
 
 pub type App = Arc<AppState>;
 
 impl AppState {
-    pub fn new(engine: Engine, config: Arc<Config>, idle_poll: Option<IdlePoll>) -> App {
+    /// The server's state; fails only when the JavaScript workers cannot
+    /// be started.
+    pub fn new(
+        engine: Engine,
+        config: Arc<Config>,
+        idle_poll: Option<IdlePoll>,
+    ) -> Result<App, JsError> {
+        let settings = config.settings();
+        let js = Arc::new(JsEngine::new(JsConfig {
+            timeout: std::time::Duration::from_millis(settings.os_process_timeout_ms.max(1)),
+            reduce_limit: settings.reduce_limit,
+            ..JsConfig::default()
+        })?);
         let server_uuid = match config.get("couchdb", "uuid") {
             Some(u) => u,
             None => {
@@ -101,7 +116,7 @@ impl AppState {
                 u
             }
         };
-        Arc::new(AppState {
+        Ok(Arc::new(AppState {
             engine,
             auth: Auth::new(config.clone()),
             config,
@@ -112,7 +127,8 @@ impl AppState {
             compactions: Mutex::new(BTreeSet::new()),
             closing: tokio::sync::watch::channel(false).0,
             idle_poll,
-        })
+            js,
+        }))
     }
 
     /// Opens a database by name (400 for an illegal name, 404 if absent).

@@ -50,6 +50,14 @@ pub struct JsEngine {
     config: Arc<JsConfig>,
 }
 
+impl std::fmt::Debug for JsEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsEngine")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
 impl JsEngine {
     /// Starts the workers. Their runtimes are created at their first call.
     pub fn new(config: JsConfig) -> Result<JsEngine, JsError> {

@@ -1059,7 +1059,7 @@ fn shutdown_finishes_queued_calls() {
     for h in handles {
         assert!(h.join().unwrap().is_ok());
     }
-    drop(Arc::try_unwrap(e).ok().expect("last reference"));
+    drop(Arc::try_unwrap(e).expect("last reference"));
 }
 
 #[test]

@@ -152,7 +152,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .map_err(|e| format!("cannot start idle polling: {e}"))?,
         ),
     };
-    let app = AppState::new(engine.clone(), config.clone(), idle_poll);
+    let app = AppState::new(engine.clone(), config.clone(), idle_poll)
+        .map_err(|e| format!("cannot start the JavaScript workers: {e}"))?;
     if let Some((user, password)) =
         settee_http::auth::ensure_admin(&app.auth, &config, args.admin.as_deref())?
     {
