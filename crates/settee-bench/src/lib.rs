@@ -6,8 +6,8 @@
 //! ([`client`], one keep-alive HTTP/1.1 connection per simulated client,
 //! pre-encoded bodies), the load drivers ([`load`]), statistics
 //! ([`stats`]), the zipfian key generator ([`zipf`]), client CPU accounting
-//! ([`cpu`]), starting Settee servers for fault tolerance ([`spawn`]),
-//! rendering ([`report`], [`plots`]), the progress bar ([`progress`]) and
+//! ([`cpu`]), a local server's peak memory ([`rss`]), starting Settee
+//! servers for fault tolerance ([`spawn`]), rendering ([`report`], [`plots`]), the progress bar ([`progress`]) and
 //! the run itself ([`runner`]), which interleaves servers scenario by
 //! scenario so that comparisons survive a noisy machine.
 //!
@@ -22,6 +22,7 @@ pub mod machine;
 pub mod plots;
 pub mod progress;
 pub mod report;
+pub mod rss;
 pub mod runner;
 pub mod scenarios;
 pub mod spawn;

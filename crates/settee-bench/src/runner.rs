@@ -48,7 +48,11 @@ fn server_name(welcome: &serde_json::Value) -> String {
     }
     welcome["vendor"]["name"]
         .as_str()
-        .map(|s| s.to_lowercase())
+        // Apache CouchDB names its vendor, not itself.
+        .map(|s| match s {
+            "The Apache Software Foundation" => "couchdb".to_string(),
+            s => s.to_lowercase(),
+        })
         .or_else(|| welcome.get("couchdb").map(|_| "couchdb".to_string()))
         .unwrap_or_else(|| "server".into())
 }
@@ -236,4 +240,21 @@ pub async fn run(opts: Options, out: &mut (dyn Write + Send)) -> Result<Report, 
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_servers_from_their_welcome() {
+        let vendor = "The Apache Software Foundation";
+        let couch = serde_json::json!({"couchdb": "Welcome", "vendor": {"name": vendor}});
+        assert_eq!(server_name(&couch), "couchdb");
+        let settee = serde_json::json!({"couchdb": "Welcome", "vendor": {"name": "Settee"}});
+        assert_eq!(server_name(&settee), "settee");
+        assert!(is_settee(&settee) && !is_settee(&couch));
+        let pouch = serde_json::json!({"express-pouchdb": "Welcome"});
+        assert_eq!(server_name(&pouch), "pouchdb-server");
+    }
 }

@@ -42,6 +42,11 @@
 use std::cmp::Ordering;
 use std::sync::OnceLock;
 
+/// The collation data strings are ordered with (the `icu_collator`
+/// release, whose data it embeds). Indexes name it in their signature, so
+/// an upgrade that changes string order rebuilds them.
+pub const COLLATOR_VERSION: &str = "icu4x-collator-2.4";
+
 use icu_collator::options::CollatorOptions;
 use icu_collator::{Collator, CollatorBorrowed, CollatorPreferences};
 use serde_json::{Map, Number, Value};

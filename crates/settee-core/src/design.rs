@@ -44,7 +44,7 @@ use Ty::{Array, Boolean, MapFn, Object};
 const OBJECT: &[Ty] = &[Object];
 const STRING: &[Ty] = &[Ty::String];
 const BOOLEAN: &[Ty] = &[Boolean];
-const OBJECT_OR_STRING: &[Ty] = &[Object, Ty::String];
+const OBJECT_OR_STRING: &[Ty] = &[Ty::String, Object];
 const STRING_OR_ARRAY: &[Ty] = &[Ty::String, Array];
 const MAP_FN: &[Ty] = &[MapFn];
 
@@ -308,15 +308,15 @@ mod tests {
             ),
             (
                 json!({"filters": {"f": 1}}),
-                "`filters.f` field must have object or string type",
+                "`filters.f` field must have string or object type",
             ),
             (
                 json!({"lists": {"a": "x", "b": []}}),
-                "`lists.b` field must have object or string type",
+                "`lists.b` field must have string or object type",
             ),
             (
                 json!({"shows": {"s": null}}),
-                "`shows.s` field must have object or string type",
+                "`shows.s` field must have string or object type",
             ),
             (
                 json!({"updates": "x"}),

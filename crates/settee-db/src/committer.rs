@@ -24,6 +24,10 @@
 //! - **No hand-off when alone.** When the pipe is empty and no request
 //!   waits behind the group, the writer commits it on its own thread
 //!   (same code, same lock): a lone request does not pay a thread wake-up.
+//! - **Design generation.** A commit that wrote or purged a design
+//!   document advances the database's design generation after it is
+//!   written and before its callers are answered
+//!   (`Database::design_generation`).
 //! - [`Progress`] tells the writer which commits are done, so it can drop
 //!   the in-flight records it keeps for them and wait for an empty pipe.
 
@@ -87,6 +91,9 @@ pub(crate) struct Commit {
     /// The database's state after this group, published once written.
     pub state: DbState,
     pub replies: Vec<Reply>,
+    /// The group wrote or purged a design document: the database's design
+    /// generation advances once it is written, before anyone is answered.
+    pub design_changed: bool,
 }
 
 /// The highest group number written (or failed) so far.
@@ -316,12 +323,21 @@ impl Core {
                 }
                 let mut replies = Vec::new();
                 let mut state = None;
+                let mut design_changed = false;
                 for c in commits {
                     replies.extend(c.replies);
                     state = Some(c.state);
+                    design_changed |= c.design_changed;
                 }
                 if let Some(state) = state {
                     self.shared.publish(state);
+                }
+                if design_changed {
+                    // After the write (a reader that sees the new
+                    // generation finds the new design documents), before
+                    // the replies (a caller answered for a design document
+                    // write is never validated by the old functions).
+                    self.shared.advance_design_generation();
                 }
                 self.progress.advance(last);
                 for r in replies {

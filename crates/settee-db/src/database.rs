@@ -7,7 +7,7 @@
 //! Blocking methods must not be called from inside an async runtime; use the
 //! `*_async` variants there (the HTTP layer does).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ use tokio::sync::{oneshot, watch};
 use crate::batch_buffer::{Append, BatchBuffer};
 use crate::committer::Pipe;
 use crate::error::{DocFailure, Error, Result};
+use crate::index_space::IndexSpace;
 use crate::keys::{self, DbId};
 use crate::options::{Durability, EngineOptions};
 use crate::poison::Poison;
@@ -33,6 +34,18 @@ const QUEUE_FULL_RETRY: Duration = Duration::from_millis(1);
 
 /// Documents per compaction step: the writer is held for one step at a time.
 const COMPACT_CHUNK_DOCS: usize = 512;
+
+/// The last design generation given out, process-wide (see
+/// [`Database::design_generation`]): no two advances anywhere store the
+/// same value, so a cache keyed by it never mistakes an old value for a
+/// new one (no ABA), across databases too.
+static DESIGN_GENERATION_LAST: AtomicU64 = AtomicU64::new(0);
+
+/// A design generation never given out before (each database handle
+/// starts with one, so one opened again never repeats an old value).
+pub(crate) fn fresh_design_generation() -> u64 {
+    DESIGN_GENERATION_LAST.fetch_add(1, Ordering::Relaxed) + 1
+}
 
 /// State shared by a database's handles and its writer.
 pub(crate) struct Shared {
@@ -57,6 +70,8 @@ pub(crate) struct Shared {
     pub seq_watch: watch::Sender<u64>,
     pub deleted: AtomicBool,
     pub compacting: AtomicBool,
+    /// Advanced after every commit that wrote or purged a design document.
+    pub design_generation: AtomicU64,
 }
 
 /// A running writer: its queue and its thread.
@@ -182,6 +197,15 @@ impl Shared {
         // Dropping the slot detaches the thread, which returns right after.
         *slot = None;
         true
+    }
+
+    /// Called by the committer after writing a group that wrote or purged
+    /// a design document, before answering its callers.
+    pub(crate) fn advance_design_generation(&self) {
+        let next = fresh_design_generation();
+        // Release: whoever reads the new value (Acquire) also sees the
+        // write that preceded it.
+        self.design_generation.store(next, Ordering::Release);
     }
 
     /// Publishes a committed state and wakes change waiters.
@@ -351,6 +375,11 @@ impl Database {
             tokio::time::sleep(QUEUE_FULL_RETRY).await;
         }
         Ok(())
+    }
+
+    /// Where the indexes built from this database keep their data.
+    pub fn index_space(&self) -> IndexSpace {
+        IndexSpace::new(Arc::clone(&self.shared))
     }
 
     /// A snapshot reader: everything it reads is one consistent state.
@@ -695,6 +724,22 @@ impl Database {
     /// tells a database from an earlier one of the same name.
     pub fn created_us(&self) -> u64 {
         self.shared.meta.created_us
+    }
+
+    /// The design generation: a number that changes (to a value never seen
+    /// before in this process) whenever a write or purge of a `_design/`
+    /// document of this database has been written, before that write is
+    /// acknowledged. One atomic load. Whoever caches something derived
+    /// from the design documents reads this first, then reads the
+    /// documents, and keeps the value with what it derived: while the
+    /// database still reports that value, the cache is current (once a
+    /// design-document write has been answered, the generation has moved
+    /// on). Values are unique in the process (a database opened again
+    /// starts from a new one), so they tell nothing about a database other
+    /// than this one (a database deleted and created again is another one:
+    /// compare [`Database::created_us`] too).
+    pub fn design_generation(&self) -> u64 {
+        self.shared.design_generation.load(Ordering::Acquire)
     }
 
     /// The latest committed update sequence.

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -189,6 +189,7 @@ impl Engine {
             committed: Condvar::new(),
             deleted: AtomicBool::new(false),
             compacting: AtomicBool::new(false),
+            design_generation: AtomicU64::new(crate::database::fresh_design_generation()),
         });
         open.insert(name.to_string(), shared.clone());
         Database { shared }
@@ -220,6 +221,7 @@ impl Engine {
             Keyspace::Bodies,
             Keyspace::Local,
             Keyspace::Purges,
+            Keyspace::Views,
         ] {
             batch.delete_range(ks, lo.clone(), hi.clone());
         }

@@ -26,7 +26,9 @@ pub mod database;
 pub mod engine;
 pub mod error;
 mod id_blocks;
+pub mod index_space;
 mod inflight;
+pub mod json;
 pub mod keys;
 pub mod options;
 pub mod poison;
@@ -39,6 +41,7 @@ pub mod writer;
 pub use database::{Database, DbInfo, Sizes, UpdateOptions};
 pub use engine::Engine;
 pub use error::{DocFailure, Error, Result};
+pub use index_space::{IndexBatch, IndexSnapshot, IndexSpace};
 pub use options::{Durability, EngineOptions};
 pub use reader::{
     AllDocsRow, ChangeRow, DocRead, GetOptions, IdRange, LocalDoc, OpenRev, OpenRevs, Reader,

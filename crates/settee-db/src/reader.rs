@@ -656,6 +656,33 @@ impl Reader {
 
     /// The purge history: the id and the revisions each kept purge request
     /// named, sorted by id and revisions (as CouchDB lists them).
+    /// The ids purged after `purge_seq`, with their purge sequences, in
+    /// order; `None` when the history no longer reaches back that far
+    /// (entries past `purged_infos_limit` are dropped), so a reader that
+    /// must see every purge has to start over.
+    pub fn purges_after(&self, purge_seq: u64) -> Result<Option<Vec<(u64, String)>>> {
+        let state = self.state()?;
+        if state.purge_seq <= purge_seq {
+            return Ok(Some(Vec::new()));
+        }
+        let (_, hi) = keys::db_range(self.db);
+        let mut out = Vec::new();
+        self.try_scan(
+            Keyspace::Purges,
+            &keys::seq(self.db, purge_seq + 1),
+            &hi,
+            false,
+            &mut |k, v| {
+                let rec = decode::<PurgeRecord>(v, "purge record")?;
+                out.push((keys::seq_of(k), rec.id));
+                Ok(true)
+            },
+        )?;
+        let complete = out.first().is_some_and(|(s, _)| *s == purge_seq + 1)
+            && out.len() as u64 == state.purge_seq - purge_seq;
+        Ok(complete.then_some(out))
+    }
+
     pub fn purged_infos(&self) -> Result<Vec<(String, Vec<Rev>)>> {
         let (lo, hi) = keys::db_range(self.db);
         let mut out = Vec::new();

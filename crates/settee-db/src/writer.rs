@@ -63,6 +63,10 @@
 //!   and the writer applies them (with an fsync) within `batch_flush_ms`
 //!   of noticing the first, or at `batch_docs_max`. It looks at the
 //!   buffer after every group and when woken by [`Request::Buffered`].
+//! - **Design documents are noticed.** A group that writes or purges a
+//!   `_design/` document says so in its commit; the committer then
+//!   advances the database's design generation (see
+//!   `Database::design_generation`).
 //! - **Stop on the first storage error.** A failed write or fsync poisons the
 //!   engine; the whole group fails and nothing is retried.
 
@@ -72,7 +76,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rustc_hash::FxHashMap;
 use settee_core::doc::{next_local_rev, Body, Doc, DocError};
-use settee_core::name::LOCAL_PREFIX;
+use settee_core::name::{DESIGN_PREFIX, LOCAL_PREFIX};
 use settee_core::rev::Rev;
 use settee_core::revtree::RevTree;
 use settee_store::{Batch, Keyspace};
@@ -584,6 +588,7 @@ impl Writer {
             records,
             seq_deltas,
             id_deltas,
+            design_changed,
             ..
         } = ctx;
         let counted = self
@@ -624,6 +629,7 @@ impl Writer {
                 sync,
                 state,
                 replies,
+                design_changed,
             },
             alone,
         );
@@ -676,6 +682,9 @@ struct Ctx<'a> {
     /// Changes of the id blocks' counts, by document.
     id_deltas: Vec<Delta>,
     batch: Batch,
+    /// A design document was written or purged in this group (see
+    /// `Database::design_generation`).
+    design_changed: bool,
 }
 
 /// Where a document stands for the doc counts.
@@ -716,6 +725,7 @@ impl<'a> Ctx<'a> {
             seq_deltas: FxHashMap::default(),
             id_deltas: Vec::new(),
             batch: Batch::new(),
+            design_changed: false,
         }
     }
 
@@ -899,6 +909,7 @@ impl<'a> Ctx<'a> {
         new: Option<(Rev, String)>,
     ) {
         let db = self.db;
+        self.design_changed |= id.starts_with(DESIGN_PREFIX);
         // What the counters need of the old record, before its bodies move.
         let old_seq = old.as_ref().map(|r| r.seq);
         let old_presence = presence(old.as_ref().map(|r| &r.tree));
@@ -1053,6 +1064,7 @@ impl<'a> Ctx<'a> {
             }
             if !removed_revs.is_empty() {
                 if tree.is_empty() {
+                    self.design_changed |= id.starts_with(DESIGN_PREFIX);
                     self.batch.delete(Keyspace::Seqs, keys::seq(db, old.seq));
                     self.count_seq(old.seq, -1);
                     self.batch.delete(Keyspace::Docs, keys::doc(db, &id));

@@ -256,6 +256,27 @@ pub fn ensure_admin(
     Ok(Some(("admin".to_string(), password)))
 }
 
+/// A database's security object as `GET /{db}/_security` answers it (and
+/// `validate_doc_update` gets it as `secObj`). Until per-database security
+/// objects exist, it follows `[couchdb] default_security`, as the object
+/// CouchDB 3 gives a new database does.
+pub fn security_object(settings: &Settings) -> serde_json::Value {
+    if settings.default_security_admin_only {
+        serde_json::json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
+    } else {
+        serde_json::json!({})
+    }
+}
+
+/// Who makes a write, for `validate_doc_update` (`userCtx`, `secObj`).
+pub fn write_ctx(settings: &Settings, user: &UserCtx) -> settee_design::WriteCtx {
+    settee_design::WriteCtx {
+        name: user.name.clone(),
+        roles: user.roles.clone(),
+        security: security_object(settings),
+    }
+}
+
 /// Server-admin-only operations: database creation and deletion,
 /// configuration, compaction, purge, `_revs_limit` changes.
 pub fn require_admin(user: &UserCtx) -> ApiResult<()> {

@@ -1,9 +1,10 @@
 //! The ONE error table: every failure a client can see becomes a CouchDB
 //! error — an HTTP status plus `{"error": …, "reason": …}`.
 //!
-//! Invariant: engine errors ([`settee_db::Error`], [`DocFailure`]) and core
-//! errors ([`DocError`], [`NameError`], [`SelectorError`]) are mapped here
-//! and nowhere else; handlers only return `ApiError`s. Error names and
+//! Invariant: engine errors ([`settee_db::Error`], [`DocFailure`]), core
+//! errors ([`DocError`], [`NameError`], [`SelectorError`]) and
+//! design-function errors ([`DesignError`]) are mapped here and nowhere
+//! else; handlers only return `ApiError`s. Error names and
 //! reasons follow CouchDB 3.x's `chttpd:error_info/1`.
 
 use std::borrow::Cow;
@@ -14,6 +15,8 @@ use settee_core::doc::DocError;
 use settee_core::name::NameError;
 use settee_core::selector::SelectorError;
 use settee_db::{DocFailure, Error};
+use settee_design::DesignError;
+use settee_js::{JsError, ValidateError};
 
 /// A CouchDB-shaped error response.
 #[derive(Debug, Clone)]
@@ -23,6 +26,12 @@ pub struct ApiError {
     pub reason: Cow<'static, str>,
     /// For 405: the methods the resource allows.
     pub allow: Option<&'static str>,
+    /// Whether the body carries a `ref` (CouchDB's reference to the log
+    /// entry of an error it reports with its stack: 500s, some 400s).
+    pub with_ref: bool,
+    /// `reason` is JSON text to send as it is (CouchDB sends the value a
+    /// validate function threw as the reason, whatever JSON it is).
+    pub reason_is_json: bool,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -38,7 +47,43 @@ impl ApiError {
             error: error.into(),
             reason: reason.into(),
             allow: None,
+            with_ref: false,
+            reason_is_json: false,
         }
+    }
+
+    /// An error whose reason is a JSON value: a string as usual, anything
+    /// else as the JSON itself.
+    pub fn with_json_reason(
+        status: StatusCode,
+        error: impl Into<Cow<'static, str>>,
+        reason: &serde_json::Value,
+    ) -> ApiError {
+        match reason {
+            serde_json::Value::String(s) => ApiError::new(status, error, s.clone()),
+            other => {
+                let mut e = ApiError::new(status, error, other.to_string());
+                e.reason_is_json = true;
+                e
+            }
+        }
+    }
+
+    /// Appends `"reason":…` as the reason is sent.
+    pub fn push_reason(&self, out: &mut String) {
+        out.push_str("\"reason\":");
+        if self.reason_is_json {
+            out.push_str(&self.reason);
+        } else {
+            crate::render::push_str(out, &self.reason);
+        }
+    }
+
+    /// The same error with a `ref` member, as CouchDB sends with errors it
+    /// logs with their stack.
+    pub fn with_ref(mut self) -> ApiError {
+        self.with_ref = true;
+        self
     }
 
     pub fn bad_request(reason: impl Into<Cow<'static, str>>) -> ApiError {
@@ -107,6 +152,8 @@ impl ApiError {
             error: "method_not_allowed".into(),
             reason: format!("Only {allow} allowed").into(),
             allow: Some(allow),
+            with_ref: false,
+            reason_is_json: false,
         }
     }
 
@@ -129,8 +176,15 @@ impl ApiError {
         let mut out = String::with_capacity(48 + self.reason.len());
         out.push_str("{\"error\":");
         crate::render::push_str(&mut out, &self.error);
-        out.push_str(",\"reason\":");
-        crate::render::push_str(&mut out, &self.reason);
+        out.push(',');
+        self.push_reason(&mut out);
+        if self.with_ref {
+            // A number naming the error, as CouchDB's does (there, a hash of
+            // the stack trace it logs).
+            out.push_str(",\"ref\":");
+            let h = xxhash_rust::xxh3::xxh3_64(self.reason.as_bytes()) as u32;
+            crate::render::push_u64(&mut out, u64::from(h));
+        }
         out.push('}');
         out
     }
@@ -217,6 +271,108 @@ impl From<SelectorError> for ApiError {
     }
 }
 
+/// A JavaScript failure as CouchDB reports it.
+pub fn js_error(e: &settee_js::JsError) -> ApiError {
+    use settee_js::JsError as J;
+    if let J::UnsupportedLanguage { language } = e {
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unknown_query_language",
+            language.clone(),
+        )
+        .with_ref();
+    }
+    let status = match e {
+        J::Compilation { .. } | J::InvalidInput { .. } | J::UnsupportedLanguage { .. } => {
+            StatusCode::BAD_REQUEST
+        }
+        J::NotFound { .. } => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, e.couch_error().to_string(), e.couch_reason())
+}
+
+impl From<settee_views::ViewError> for ApiError {
+    fn from(e: settee_views::ViewError) -> ApiError {
+        use settee_views::ViewError as V;
+        match e {
+            V::NotFound(r) => ApiError::not_found(r),
+            V::QueryParse(r) => ApiError::query_parse(r),
+            V::KeyRange(r) => ApiError::query_parse(r).with_ref(),
+            V::BadRequest(r) => ApiError::bad_request(r),
+            V::InvalidDesignDoc(r) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_design_doc", r)
+            }
+            V::Js(j) => js_error(&j),
+            V::Reduce(r) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                r.couch_error().to_string(),
+                r.couch_reason(),
+            )
+            .with_ref(),
+            V::Db(d) => ApiError::from(d),
+            V::Corrupt(r) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_record", r),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown_error",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+/// What CouchDB 3.4 answers when a `validate_doc_update` function cannot
+/// be run or throws an `Error`: 404 for a function the design document
+/// lacks (an empty one), else 500 with the error's name (CouchDB's
+/// `reason` for a thrown `Error` is the useless `{[]}`; Settee's is the
+/// exception's message).
+fn validate_js_error(e: &JsError) -> ApiError {
+    let status = match e {
+        JsError::NotFound { .. } => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(
+        status,
+        e.couch_error().to_string(),
+        e.couch_reason().to_string(),
+    )
+}
+
+impl From<DesignError> for ApiError {
+    fn from(e: DesignError) -> ApiError {
+        match e {
+            DesignError::Refused(ValidateError::Forbidden(m)) => {
+                ApiError::with_json_reason(StatusCode::FORBIDDEN, "forbidden", &m)
+            }
+            DesignError::Refused(ValidateError::Unauthorized(m)) => {
+                ApiError::with_json_reason(StatusCode::UNAUTHORIZED, "unauthorized", &m)
+            }
+            // A thrown object CouchDB's handler has no clause for.
+            DesignError::Refused(ValidateError::Unknown(m)) if m == "function_clause" => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unknown_error", m).with_ref()
+            }
+            DesignError::Refused(ValidateError::Unknown(m)) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unknown_error", m)
+            }
+            DesignError::Refused(ValidateError::Js(e)) => validate_js_error(&e),
+            DesignError::Missing(m) => ApiError::not_found(m),
+            // CouchDB answers every failure of a filter function 500
+            // (with an Erlang stack trace as its reason), named `error`.
+            DesignError::Filter(e) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "error",
+                e.couch_reason().to_string(),
+            ),
+            DesignError::Db(e) => ApiError::from(e),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown_error",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> ApiError {
         ApiError::new(
@@ -264,6 +420,41 @@ mod tests {
         let e = ApiError::from(NameError::IllegalDbName("A".into()));
         assert_eq!(e.error, "illegal_database_name");
         assert!(e.reason.starts_with("Name: 'A'."));
+        let e = ApiError::from(DesignError::Refused(ValidateError::Forbidden("no".into())));
+        assert_eq!(
+            (e.status, e.body()),
+            (
+                StatusCode::FORBIDDEN,
+                r#"{"error":"forbidden","reason":"no"}"#.to_string()
+            )
+        );
+        let e = ApiError::from(DesignError::Refused(ValidateError::Unauthorized(
+            "who".into(),
+        )));
+        assert_eq!(
+            (e.status, e.error.as_ref()),
+            (StatusCode::UNAUTHORIZED, "unauthorized")
+        );
+        let e = ApiError::from(DesignError::Refused(ValidateError::Unknown("str".into())));
+        assert_eq!(
+            (e.status, e.error.as_ref()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "unknown_error")
+        );
+        let missing = JsError::NotFound {
+            reason: "missing validate_doc_update function".into(),
+        };
+        let e = ApiError::from(DesignError::Refused(ValidateError::Js(missing.clone())));
+        assert_eq!(
+            (e.status, e.error.as_ref()),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+        let e = ApiError::from(DesignError::Filter(missing));
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let e = ApiError::from(DesignError::Missing("missing json key: f".into()));
+        assert_eq!(
+            (e.status, e.reason.as_ref()),
+            (StatusCode::NOT_FOUND, "missing json key: f")
+        );
         let e = ApiError::method_not_allowed("GET,HEAD");
         assert_eq!(
             e.body(),

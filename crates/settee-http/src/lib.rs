@@ -187,8 +187,9 @@ fn split_path(path: &str) -> ApiResult<Vec<String>> {
         .collect()
 }
 
-/// CouchDB answers a GET of `/db/_design%2Fname` with a redirect to
-/// `/db/_design/name`; the target, if this is such a request.
+/// CouchDB answers a GET of `/db/_design%2Fname[/rest]` (a design
+/// document, its views…) with a redirect to `/db/_design/name[/rest]`;
+/// the target, if this is such a request.
 fn design_redirect(
     method: &Method,
     raw_path: &str,
@@ -201,7 +202,7 @@ fn design_redirect(
     let (db, doc) = rest.split_once('/')?;
     // `get` keeps a multi-byte character at byte 10 from panicking the slice.
     let (head, name) = (doc.get(..10)?, doc.get(10..)?);
-    if !head.eq_ignore_ascii_case("_design%2F") || doc.contains('/') {
+    if !head.eq_ignore_ascii_case("_design%2F") {
         return None;
     }
     let host = headers
@@ -249,6 +250,7 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         Ok((segs, user)) => {
             let mut req = Req::new(
                 parts.method,
+                parts.uri.clone(),
                 parts.headers.clone(),
                 query,
                 user,

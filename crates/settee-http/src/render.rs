@@ -1,4 +1,5 @@
-//! Wire rendering: JSON responses and CouchDB's document JSON.
+//! Wire rendering: JSON responses, and CouchDB's document JSON (stored
+//! documents from `settee_db::json`, `_local` documents here).
 //!
 //! Invariant: a stored [`Body`] is JSON object text and is spliced into the
 //! output as it is — never parsed and re-serialized — after `_id` and `_rev`
@@ -8,61 +9,8 @@ use axum::body::Body as HttpBody;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use settee_core::doc::Body;
-use settee_core::rev::Rev;
-use settee_core::revtree::RevStatus;
-use settee_db::DocRead;
-
-/// Appends `s` as a JSON string literal.
-pub fn push_str(out: &mut String, s: &str) {
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        if esc.is_empty() {
-            out.push_str(&format!("\\u{b:04x}"));
-        } else {
-            out.push_str(esc);
-        }
-        start = i + 1;
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
-}
-
-/// Appends a revision as a JSON string.
-pub fn push_rev(out: &mut String, rev: &Rev) {
-    out.push('"');
-    push_u64(out, rev.pos);
-    out.push('-');
-    // Hashes we generate are hex; replicated ones are checked by Rev parsing
-    // but may hold any character, so escape through the general path.
-    rev.hash.with_text(|hash| {
-        if hash.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            out.push_str(hash);
-            out.push('"');
-        } else {
-            let mut tmp = String::new();
-            push_str(&mut tmp, hash);
-            out.push_str(&tmp[1..]);
-        }
-    });
-}
-
-pub fn push_u64(out: &mut String, n: u64) {
-    use std::fmt::Write;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{n}");
-}
+use settee_db::json::push_body_members;
+pub use settee_db::json::{doc_string, push_doc, push_rev, push_str, push_u64, Extras};
 
 /// A JSON response from prepared text.
 /// A JSON response; like CouchDB's, the body ends with a newline.
@@ -92,98 +40,6 @@ pub fn etag(rev: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("\"{rev}\"")).ok()
 }
 
-/// What to add to a rendered document besides `_id`, `_rev` and the body.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Extras {
-    pub local_seq: bool,
-}
-
-/// Appends the members of a body (without braces), preceded by a comma
-/// when it has any.
-fn push_body_members(out: &mut String, body: &str) {
-    let inner = body.trim();
-    let inner = inner
-        .strip_prefix('{')
-        .and_then(|s| s.strip_suffix('}'))
-        .unwrap_or("");
-    if !inner.trim().is_empty() {
-        out.push(',');
-        out.push_str(inner);
-    }
-}
-
-/// Renders a document revision as CouchDB does.
-pub fn push_doc(out: &mut String, d: &DocRead, extras: Extras) {
-    out.reserve(d.body.len() + 96);
-    out.push_str("{\"_id\":");
-    push_str(out, &d.id);
-    out.push_str(",\"_rev\":");
-    push_rev(out, &d.rev);
-    push_body_members(out, d.body.as_str());
-    if d.deleted {
-        out.push_str(",\"_deleted\":true");
-    }
-    if let Some(revs) = &d.revisions {
-        out.push_str(",\"_revisions\":{\"start\":");
-        push_u64(out, revs.first().map_or(0, |r| r.pos));
-        out.push_str(",\"ids\":[");
-        for (i, r) in revs.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            r.hash.with_text(|hash| push_str(out, hash));
-        }
-        out.push_str("]}");
-    }
-    if let Some(info) = &d.revs_info {
-        out.push_str(",\"_revs_info\":[");
-        for (i, (r, s)) in info.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str("{\"rev\":");
-            push_rev(out, r);
-            out.push_str(",\"status\":");
-            out.push_str(match s {
-                RevStatus::Available => "\"available\"",
-                RevStatus::Missing => "\"missing\"",
-                RevStatus::Deleted => "\"deleted\"",
-            });
-            out.push('}');
-        }
-        out.push(']');
-    }
-    push_rev_list(out, "_conflicts", &d.conflicts);
-    push_rev_list(out, "_deleted_conflicts", &d.deleted_conflicts);
-    if extras.local_seq {
-        out.push_str(",\"_local_seq\":");
-        push_u64(out, d.local_seq);
-    }
-    out.push('}');
-}
-
-fn push_rev_list(out: &mut String, name: &str, revs: &[Rev]) {
-    if revs.is_empty() {
-        return;
-    }
-    out.push_str(",\"");
-    out.push_str(name);
-    out.push_str("\":[");
-    for (i, r) in revs.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        push_rev(out, r);
-    }
-    out.push(']');
-}
-
-pub fn doc_string(d: &DocRead, extras: Extras) -> String {
-    let mut out = String::new();
-    push_doc(&mut out, d, extras);
-    out
-}
-
 /// Renders a `_local` document.
 pub fn push_local_doc(out: &mut String, id: &str, rev: &str, body: &Body) {
     push_local_doc_with(out, id, rev, body, false);
@@ -211,33 +67,6 @@ pub fn push_local_doc_with(out: &mut String, id: &str, rev: &str, body: &Body, r
 mod tests {
     use super::*;
 
-    fn read(body: &str) -> DocRead {
-        DocRead {
-            id: "a\"b".into(),
-            rev: Rev::new(2, "abc"),
-            deleted: false,
-            body: Body::from_stored(body.into()),
-            local_seq: 7,
-            revisions: Some(vec![Rev::new(2, "abc"), Rev::new(1, "def")]),
-            revs_info: None,
-            conflicts: vec![Rev::new(2, "zzz")],
-            deleted_conflicts: vec![],
-        }
-    }
-
-    #[test]
-    fn renders_valid_json() {
-        for body in ["{}", r#"{"x":1,"y":[1,2]}"#] {
-            let s = doc_string(&read(body), Extras { local_seq: true });
-            let v: serde_json::Value = serde_json::from_str(&s).unwrap();
-            assert_eq!(v["_id"], "a\"b");
-            assert_eq!(v["_rev"], "2-abc");
-            assert_eq!(v["_revisions"]["start"], 2);
-            assert_eq!(v["_conflicts"][0], "2-zzz");
-            assert_eq!(v["_local_seq"], 7);
-        }
-    }
-
     #[test]
     fn renders_local_docs() {
         let body = Body::from_stored(r#"{"a":1}"#.into());
@@ -251,12 +80,5 @@ mod tests {
             v["_revisions"],
             serde_json::json!({"start": 0, "ids": ["2"]})
         );
-    }
-
-    #[test]
-    fn escapes_control_characters() {
-        let mut s = String::new();
-        push_str(&mut s, "a\u{1}\n\"é");
-        assert_eq!(serde_json::from_str::<String>(&s).unwrap(), "a\u{1}\n\"é");
     }
 }

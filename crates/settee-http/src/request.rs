@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body as HttpBody;
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
@@ -172,6 +172,8 @@ pub fn local_parts(mut map: Map<String, Value>) -> ApiResult<(Option<String>, Op
 /// The request as handlers see it.
 pub struct Req {
     pub method: Method,
+    /// The request target as sent (path and query, not decoded).
+    pub uri: Uri,
     pub headers: HeaderMap,
     pub query: Query,
     pub user: UserCtx,
@@ -188,6 +190,7 @@ pub struct Req {
 impl Req {
     pub fn new(
         method: Method,
+        uri: Uri,
         headers: HeaderMap,
         query: Query,
         user: UserCtx,
@@ -196,6 +199,7 @@ impl Req {
     ) -> Req {
         Req {
             method,
+            uri,
             headers,
             query,
             user,

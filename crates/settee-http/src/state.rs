@@ -13,6 +13,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use settee_core::name::validate_db_name;
 use settee_db::{Database, Engine};
+use settee_design::{Design, DesignConfig};
 use settee_js::{JsConfig, JsEngine, JsError};
 
 use crate::auth::Auth;
@@ -87,6 +88,10 @@ pub struct AppState {
     pub idle_poll: Option<IdlePoll>,
     /// The JavaScript workers design-document functions run on.
     pub js: Arc<JsEngine>,
+    /// The views of every database.
+    pub views: settee_views::Views,
+    /// `validate_doc_update` and changes filters (on `js`).
+    pub design: Design,
 }
 
 pub type App = Arc<AppState>;
@@ -127,6 +132,8 @@ impl AppState {
             compactions: Mutex::new(BTreeSet::new()),
             closing: tokio::sync::watch::channel(false).0,
             idle_poll,
+            views: settee_views::Views::new(Arc::clone(&js)),
+            design: Design::new(Arc::clone(&js), DesignConfig::default()),
             js,
         }))
     }

@@ -124,6 +124,32 @@ impl JsEngine {
         }
     }
 
+    /// Compiles the map function of `view` (and, with `reduce`, its
+    /// JavaScript reduce function) without running them, as CouchDB checks
+    /// a design document when it is saved: `Err` is the compilation error
+    /// (or `not_found` for a missing function).
+    pub fn compile_view(&self, ddoc: &DesignDoc, view: &str, reduce: bool) -> Result<(), JsError> {
+        crate::pool_block_on(self.compile_view_async(ddoc, view, reduce))
+    }
+
+    /// [`compile_view`](Self::compile_view), awaiting the result.
+    pub fn compile_view_async(
+        &self,
+        ddoc: &DesignDoc,
+        view: &str,
+        reduce: bool,
+    ) -> impl Future<Output = Result<(), JsError>> + Send + 'static {
+        let ddoc = ddoc.clone();
+        let view = view.to_string();
+        let job = self
+            .pool
+            .run(move |w| w.call(&ddoc, "compile_view", (view, reduce)));
+        async move {
+            job.await?;
+            Ok(())
+        }
+    }
+
     /// Runs the reduce function of `view` over `kvs`, each a `([key, docid],
     /// value)` pair, as `reduce(keys, values, false)`. With `reduce_limit`
     /// on, output that does not shrink fails with `reduce_overflow_error`.
@@ -396,21 +422,23 @@ fn parse_map_line(line: &str, view_count: usize) -> Result<Vec<ViewRows>, JsErro
     Ok(rows)
 }
 
-/// What CouchDB makes of a non-`Error` value thrown by `validate_doc_update`.
+/// What CouchDB makes of a non-`Error` value thrown by `validate_doc_update`:
+/// a one-member object `{forbidden: m}` or `{unauthorized: m}` is a refusal
+/// with `m` as the reason, another one-member object an `unknown_error`
+/// with its value; any other object crashes CouchDB's handler
+/// (`function_clause`).
 fn validate_refusal(thrown: Value) -> ValidateError {
     let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
     match thrown {
-        Value::Object(o) => {
-            if let Some(m) = o.get("forbidden") {
-                ValidateError::Forbidden(text(m))
-            } else if let Some(m) = o.get("unauthorized") {
-                ValidateError::Unauthorized(text(m))
-            } else if o.len() == 1 {
-                ValidateError::Unknown(text(o.values().next().expect("one entry")))
-            } else {
-                ValidateError::Unknown(Value::Object(o).to_string())
+        Value::Object(o) if o.len() == 1 => {
+            let (k, m) = o.into_iter().next().expect("one entry");
+            match k.as_str() {
+                "forbidden" => ValidateError::Forbidden(m),
+                "unauthorized" => ValidateError::Unauthorized(m),
+                _ => ValidateError::Unknown(text(&m)),
             }
         }
+        Value::Object(_) => ValidateError::Unknown("function_clause".into()),
         Value::String(s) => ValidateError::Unknown(s),
         other => ValidateError::Unknown(other.to_string()),
     }

@@ -112,12 +112,14 @@ impl JsError {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ValidateError {
-    /// `throw({forbidden: message})`: CouchDB answers 403 `forbidden`.
+    /// `throw({forbidden: message})`: CouchDB answers 403 `forbidden`
+    /// with the message as the reason, whatever JSON it is.
     #[error("forbidden: {0}")]
-    Forbidden(String),
-    /// `throw({unauthorized: message})`: CouchDB answers 401 `unauthorized`.
+    Forbidden(serde_json::Value),
+    /// `throw({unauthorized: message})`: CouchDB answers 401 `unauthorized`
+    /// (the message, whatever JSON, as the reason).
     #[error("unauthorized: {0}")]
-    Unauthorized(String),
+    Unauthorized(serde_json::Value),
     /// Anything else thrown that is not an `Error` (a string, an object with
     /// another key): CouchDB answers 500 `unknown_error` with the message.
     #[error("unknown_error: {0}")]
@@ -141,9 +143,10 @@ impl ValidateError {
     /// The `reason` CouchDB gives with [`couch_error`](Self::couch_error).
     pub fn couch_reason(&self) -> String {
         match self {
-            ValidateError::Forbidden(m)
-            | ValidateError::Unauthorized(m)
-            | ValidateError::Unknown(m) => m.clone(),
+            ValidateError::Forbidden(m) | ValidateError::Unauthorized(m) => {
+                m.as_str().map_or_else(|| m.to_string(), str::to_string)
+            }
+            ValidateError::Unknown(m) => m.clone(),
             ValidateError::Js(e) => e.couch_reason(),
         }
     }

@@ -52,16 +52,20 @@ pub enum Keyspace {
     Local,
     /// Purge history: purge seq → purged (id, revs).
     Purges,
+    /// Secondary indexes (views, Mango): rows, the keys each document
+    /// emitted, and each index's state (see `settee-views`).
+    Views,
 }
 
 impl Keyspace {
-    pub const ALL: [Keyspace; 6] = [
+    pub const ALL: [Keyspace; 7] = [
         Keyspace::Meta,
         Keyspace::Docs,
         Keyspace::Seqs,
         Keyspace::Bodies,
         Keyspace::Local,
         Keyspace::Purges,
+        Keyspace::Views,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +76,7 @@ impl Keyspace {
             Keyspace::Bodies => "bodies",
             Keyspace::Local => "local",
             Keyspace::Purges => "purges",
+            Keyspace::Views => "views",
         }
     }
 

@@ -174,7 +174,9 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
     table.set_block_cache(cache);
     match ks {
         // Point lookups by id dominate: a bloom filter makes misses cheap.
-        Keyspace::Docs | Keyspace::Bodies | Keyspace::Local => table.set_bloom_filter(10.0, false),
+        Keyspace::Docs | Keyspace::Bodies | Keyspace::Local | Keyspace::Views => {
+            table.set_bloom_filter(10.0, false)
+        }
         _ => {}
     }
     o.set_block_based_table_factory(&table);

@@ -34,6 +34,40 @@ pub const DOCUMENTED_500: &[&str] = &[
     "corrupt_record",
     "config_error",
 ];
+
+/// `error` names of the 500s CouchDB (and Settee) answer when a design
+/// document's functions fail: a language without a query server, a
+/// JavaScript function out of time or memory or that does not compile, or
+/// one that threw (validate functions report the exception's name, or
+/// `unknown_error` for a thrown non-`Error`). The hostile run's design
+/// documents do all of these on purpose; they are judged documented for
+/// requests that run design functions (see [`runs_design_functions`]).
+pub const DESIGN_FUNCTION_500: &[&str] = &[
+    "unknown_query_language",
+    "os_process_error",
+    "compilation_error",
+    "unknown_error",
+    "Error",
+    "TypeError",
+    "ReferenceError",
+    "RangeError",
+    "SyntaxError",
+    "InternalError",
+    "EvalError",
+    "URIError",
+];
+
+/// Whether a request (its head) may run design-document functions: a
+/// design-document path (views, `_info`), a filtered `_changes`, or any
+/// write to the run's JavaScript database (its validate functions).
+pub fn runs_design_functions(head: &[u8]) -> bool {
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    let line = String::from_utf8_lossy(&head[..line_end]);
+    line.contains("/_design/")
+        || line.contains("filter=")
+        || line.contains("-js/")
+        || line.contains("-js ")
+}
 /// Most bytes a gzip response body may inflate to before it is judged.
 const INFLATE_MAX: u64 = 256 << 20;
 

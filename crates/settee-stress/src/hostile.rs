@@ -31,7 +31,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::time::Instant;
 
-use crate::check::{preview, verdict, Verdict, DOCUMENTED_500};
+use crate::check::{
+    preview, runs_design_functions, verdict, Verdict, DESIGN_FUNCTION_500, DOCUMENTED_500,
+};
 use crate::consistency::{self, ConsistencyReport};
 use crate::gen::{self, Case, Delivery, GenConfig, Need};
 use crate::procwatch::{self, mib, RssSummary, RssWatch};
@@ -351,10 +353,10 @@ impl Run {
             if let Verdict::Bad(why) = &v {
                 self.fail("bad_response_shape", case, why.clone(), Some(r));
             }
-            if r.status == 500
-                && !matches!(v, Verdict::ProtocolReject)
-                && !DOCUMENTED_500.contains(&error_name.as_str())
-            {
+            let documented = DOCUMENTED_500.contains(&error_name.as_str())
+                || (DESIGN_FUNCTION_500.contains(&error_name.as_str())
+                    && runs_design_functions(&case.head));
+            if r.status == 500 && !matches!(v, Verdict::ProtocolReject) && !documented {
                 self.fail(
                     "undocumented_500",
                     case,

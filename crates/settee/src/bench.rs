@@ -19,7 +19,7 @@ pub struct BenchArgs {
     /// ratios are relative to --url.
     #[arg(long = "vs")]
     vs: Vec<String>,
-    /// Scenarios or groups (chapter, concurrency, copy, ycsb, embedded,
+    /// Scenarios or groups (chapter, concurrency, copy, views, ycsb, embedded,
     /// fault); default all. See --list.
     scenarios: Vec<String>,
     /// Shrink every scenario (counts and durations): a smoke run.

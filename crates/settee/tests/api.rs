@@ -595,8 +595,12 @@ fn special_ids_design_local_encoded() {
         .all(|r| !r["id"].as_str().unwrap().starts_with("_local/")));
     assert_eq!(s.anon("DELETE", "/ids/_local/ck?rev=0-2", None).status, 200);
     assert_eq!(s.anon("GET", "/ids/_local/ck", None).status, 404);
-    // Views are a later issue: 501, not a crash.
-    assert_eq!(s.anon("GET", "/ids/_design/app/_view/v", None).status, 501);
+    // A view the design document does not define.
+    let r = s.anon("GET", "/ids/_design/app/_view/v", None);
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (404, Some("missing_named_view"))
+    );
 }
 
 #[test]

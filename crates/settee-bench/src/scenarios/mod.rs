@@ -36,6 +36,7 @@ pub mod lightning;
 pub mod random_reads;
 pub mod single_doc;
 pub mod spike;
+pub mod views;
 pub mod ycsb;
 
 /// Whether a scenario runs against every server or once per run.
@@ -52,7 +53,7 @@ pub type RunFn = fn(Arc<Ctx>) -> BoxFuture<'static, Result<Vec<Outcome>, BenchEr
 #[derive(Clone, Copy)]
 pub struct ScenarioDef {
     pub name: &'static str,
-    /// chapter, concurrency, copy, ycsb, embedded, fault.
+    /// chapter, concurrency, copy, views, ycsb, embedded, fault.
     pub group: &'static str,
     pub about: &'static str,
     pub scope: Scope,
@@ -77,6 +78,7 @@ pub fn all() -> Vec<ScenarioDef> {
     v.push(random_reads::DEF);
     v.push(spike::DEF);
     v.push(all_docs_paging::DEF);
+    v.extend(views::DEFS);
     v.push(copy::DEF);
     v.push(copy_tools::DEF);
     v.extend(ycsb::DEFS);

@@ -37,8 +37,10 @@
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use settee_db::{IdRange, LocalDoc, Reader};
+use settee_views::args::{Src, ViewKind, KEYS_INCOMPATIBLE};
+use settee_views::ViewArgs;
 
 use super::allow;
 use super::changes::push_seq;
@@ -77,229 +79,35 @@ fn bound(v: &Value) -> Bound {
     }
 }
 
-/// Parsed options of one query.
-#[derive(Debug, Clone)]
-struct Opts {
-    keys: Option<Vec<Value>>,
-    start_key: Option<Value>,
-    end_key: Option<Value>,
-    start_docid: Option<String>,
-    end_docid: Option<String>,
-    inclusive_end: bool,
-    descending: bool,
-    limit: u64,
-    skip: u64,
-    include_docs: bool,
-    conflicts: bool,
-    update_seq: bool,
-    reduce: bool,
-    group: Option<bool>,
-    group_level: Option<u64>,
+/// Parsed options of one query: CouchDB parses `_all_docs`' like a view's.
+type Opts = ViewArgs;
+
+/// CouchDB's checks of a map view's arguments.
+fn validate(o: &Opts) -> ApiResult<()> {
+    Ok(o.validate(ViewKind::Map)?)
 }
 
-impl Default for Opts {
-    fn default() -> Self {
-        Opts {
-            keys: None,
-            start_key: None,
-            end_key: None,
-            start_docid: None,
-            end_docid: None,
-            inclusive_end: true,
-            descending: false,
-            limit: u64::MAX,
-            skip: 0,
-            include_docs: false,
-            conflicts: false,
-            update_seq: false,
-            reduce: false,
-            group: None,
-            group_level: None,
-        }
+/// The start of the range in scan order (`startkey`, else
+/// `startkey_docid`).
+fn start(o: &Opts) -> Option<Bound> {
+    match &o.start_key {
+        Some(k) => Some(bound(k)),
+        None => o.start_docid.clone().map(Bound::Id),
     }
 }
 
-/// A parameter's value as it arrived: query-string text or decoded JSON.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    Text(&'a str),
-    Json(&'a Value),
-}
-
-impl Src<'_> {
-    /// How CouchDB prints the value in its messages (Erlang's `~p`).
-    fn shown(&self) -> String {
-        match self {
-            Src::Text(s) => format!("{s:?}"),
-            Src::Json(Value::String(s)) => format!("<<{s:?}>>"),
-            Src::Json(v) => v.to_string(),
-        }
-    }
-
-    fn json(&self) -> ApiResult<Value> {
-        match self {
-            Src::Text(s) => parse_json_bytes(s.as_bytes()),
-            Src::Json(v) => Ok((*v).clone()),
-        }
-    }
-
-    fn boolean(&self) -> ApiResult<bool> {
-        let text: &str = match self {
-            Src::Json(Value::Bool(b)) => return Ok(*b),
-            Src::Json(Value::String(s)) => s,
-            Src::Text(s) => s,
-            Src::Json(v) => {
-                return Err(ApiError::query_parse(format!(
-                    "Invalid boolean parameter: {v}"
-                )))
-            }
-        };
-        match text.to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(ApiError::query_parse(format!(
-                "Invalid boolean parameter: {text:?}"
-            ))),
-        }
-    }
-
-    fn pos_int(&self) -> ApiResult<u64> {
-        let n: Option<i128> = match self {
-            Src::Text(s) => s.parse::<i128>().ok(),
-            Src::Json(Value::Number(n)) => {
-                n.as_i64().map(i128::from).or(n.as_u64().map(i128::from))
-            }
-            Src::Json(_) => None,
-        };
-        let n = n.ok_or_else(|| {
-            ApiError::query_parse(format!("Invalid value for integer: {}", self.shown()))
-        })?;
-        if n < 0 {
-            return Err(ApiError::query_parse(format!(
-                "Invalid value for positive integer: {}",
-                self.shown()
-            )));
-        }
-        Ok(u64::try_from(n).unwrap_or(u64::MAX))
-    }
-
-    /// The value as a string (`couch_util:to_binary`).
-    fn text(&self) -> String {
-        match self {
-            Src::Text(s) => s.to_string(),
-            Src::Json(Value::String(s)) => s.clone(),
-            Src::Json(v) => v.to_string(),
-        }
+fn end(o: &Opts) -> Option<Bound> {
+    match &o.end_key {
+        Some(k) => Some(bound(k)),
+        None => o.end_docid.clone().map(Bound::Id),
     }
 }
 
-const KEYS_INCOMPATIBLE: &str = "`keys` is incompatible with `key`, `start_key` and `end_key`";
-
-impl Opts {
-    /// Applies one parameter (unknown ones are ignored, as in CouchDB).
-    fn apply(&mut self, name: &str, v: Src<'_>) -> ApiResult<()> {
-        match name {
-            "key" => {
-                let k = v.json()?;
-                self.start_key = Some(k.clone());
-                self.end_key = Some(k);
-            }
-            "keys" => match v.json()? {
-                // A single key is a `key` (CouchDB reads it as a range).
-                Value::Array(mut a) if a.len() == 1 => {
-                    let k = a.pop().unwrap_or(Value::Null);
-                    self.start_key = Some(k.clone());
-                    self.end_key = Some(k);
-                }
-                Value::Array(a) => self.keys = Some(a),
-                _ => return Err(ApiError::bad_request("`keys` parameter must be an array.")),
-            },
-            "startkey" | "start_key" => self.start_key = Some(v.json()?),
-            "endkey" | "end_key" => self.end_key = Some(v.json()?),
-            "startkey_docid" | "start_key_doc_id" => self.start_docid = Some(v.text()),
-            "endkey_docid" | "end_key_doc_id" => self.end_docid = Some(v.text()),
-            "limit" => self.limit = v.pos_int()?,
-            "skip" => self.skip = v.pos_int()?,
-            "descending" => self.descending = v.boolean()?,
-            "inclusive_end" => self.inclusive_end = v.boolean()?,
-            "include_docs" => self.include_docs = v.boolean()?,
-            "conflicts" => self.conflicts = v.boolean()?,
-            "update_seq" => self.update_seq = v.boolean()?,
-            "reduce" => self.reduce = v.boolean()?,
-            "group" => self.group = Some(v.boolean()?),
-            "group_level" => self.group_level = Some(v.pos_int()?),
-            "sorted" | "attachments" | "att_encoding_info" => {
-                v.boolean()?;
-            }
-            "stale" if !matches!(v.text().as_str(), "ok" | "update_after") => {
-                return Err(ApiError::query_parse("Invalid value for `stale`."));
-            }
-            "stable" if !matches!(v.text().as_str(), "true" | "false") => {
-                return Err(ApiError::query_parse("Invalid value for `stable`."));
-            }
-            "update" if !matches!(v.text().as_str(), "true" | "false" | "lazy") => {
-                return Err(ApiError::query_parse("Invalid value for `update`."));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Applies the query-string parameters, in order.
-    fn apply_query(&mut self, req: &Req) -> ApiResult<()> {
-        for (k, v) in req.query.pairs() {
-            self.apply(k, Src::Text(v))?;
-        }
-        Ok(())
-    }
-
-    /// Applies the members of a JSON object, in order.
-    fn apply_object(&mut self, m: &Map<String, Value>) -> ApiResult<()> {
-        for (k, v) in m {
-            self.apply(k, Src::Json(v))?;
-        }
-        Ok(())
-    }
-
-    /// CouchDB's checks of a map view's arguments.
-    fn validate(&self) -> ApiResult<()> {
-        if self.group == Some(false) && self.group_level.is_some_and(|l| l > 0) {
-            return Err(ApiError::query_parse(
-                "Can't specify group=false and group_level>0 at the same time",
-            ));
-        }
-        if self.reduce {
-            return Err(ApiError::query_parse(
-                "Reduce is invalid for map-only views.",
-            ));
-        }
-        if self.group == Some(true) || self.group_level.is_some() {
-            return Err(ApiError::query_parse(
-                "Invalid use of grouping on a map view.",
-            ));
-        }
-        let keyed = self.keys.as_ref().is_some_and(|k| !k.is_empty());
-        if keyed && (self.start_key.is_some() || self.end_key.is_some()) {
-            return Err(ApiError::query_parse(KEYS_INCOMPATIBLE));
-        }
-        Ok(())
-    }
-
-    /// The start of the range in scan order (`startkey`, else
-    /// `startkey_docid`).
-    fn start(&self) -> Option<Bound> {
-        match &self.start_key {
-            Some(k) => Some(bound(k)),
-            None => self.start_docid.clone().map(Bound::Id),
-        }
-    }
-
-    fn end(&self) -> Option<Bound> {
-        match &self.end_key {
-            Some(k) => Some(bound(k)),
-            None => self.end_docid.clone().map(Bound::Id),
-        }
-    }
+fn query_pairs(req: &Req) -> impl Iterator<Item = (&str, &str)> + Clone {
+    req.query
+        .pairs()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
 /// The options of a GET or POST request.
@@ -326,7 +134,7 @@ async fn request_opts(req: &mut Req) -> ApiResult<Opts> {
                 o.apply(k, Src::Json(v))?;
             }
         }
-        o.apply_query(req)?;
+        o.apply_pairs(query_pairs(req))?;
     } else {
         if let Some(text) = req.query.get("keys") {
             match parse_json_bytes(text.as_bytes())? {
@@ -340,7 +148,7 @@ async fn request_opts(req: &mut Req) -> ApiResult<Opts> {
             }
         }
     }
-    o.validate()?;
+    validate(&o)?;
     Ok(o)
 }
 
@@ -355,12 +163,12 @@ fn id_range(o: &Opts, kind: Kind) -> Option<IdRange> {
     };
     // A key below every id: an empty range when it bounds the low end
     // (the end ascending, the start descending), no bound otherwise.
-    match o.start() {
+    match start(o) {
         Some(Bound::Low) if o.descending => return None,
         Some(Bound::Id(s)) => r.start = Some(s),
         _ => {}
     }
-    match o.end() {
+    match end(o) {
         Some(Bound::Low) if !o.descending => return None,
         Some(Bound::Id(s)) => r.end = Some(s),
         _ => {}
@@ -403,7 +211,7 @@ fn counts(reader: &Reader, kind: Kind) -> ApiResult<Counts> {
 /// `offset` of a range query (see the module doc); None: not counted.
 fn offset(reader: &Reader, kind: Kind, o: &Opts, total: u64) -> ApiResult<Option<u64>> {
     let all = || -> ApiResult<u64> { Ok(reader.state()?.doc_count) };
-    let start = o.start();
+    let start = start(o);
     // The start in scan order, clamped into the design range.
     let start = match kind {
         Kind::Design => {
@@ -609,7 +417,7 @@ pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiRes
         )));
     }
     let mut base = Opts::default();
-    base.apply_query(req)?;
+    base.apply_pairs(query_pairs(req))?;
     let all: Vec<Opts> = list
         .iter()
         .map(|q| {
@@ -618,7 +426,7 @@ pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiRes
             };
             let mut o = base.clone();
             o.apply_object(m)?;
-            o.validate()?;
+            validate(&o)?;
             Ok(o)
         })
         .collect::<ApiResult<_>>()?;
@@ -661,17 +469,18 @@ mod tests {
     fn opts(v: Value) -> Opts {
         let mut o = Opts::default();
         o.apply_object(v.as_object().unwrap()).unwrap();
-        o.validate().unwrap();
+        validate(&o).unwrap();
         o
     }
 
     fn err(v: Value) -> String {
         let mut o = Opts::default();
-        let e = o
-            .apply_object(v.as_object().unwrap())
-            .and_then(|_| o.validate())
-            .unwrap_err();
-        e.reason.to_string()
+        o.apply_object(v.as_object().unwrap())
+            .map_err(ApiError::from)
+            .and_then(|_| validate(&o))
+            .unwrap_err()
+            .reason
+            .to_string()
     }
 
     #[test]
@@ -755,12 +564,12 @@ mod tests {
         assert!(opts(json!({"group": false, "reduce": false})).group == Some(false));
         let mut o = Opts::default();
         let e = o.apply("skip", Src::Text("-1")).unwrap_err();
-        assert_eq!(e.reason, "Invalid value for positive integer: \"-1\"");
+        assert_eq!(e.to_string(), "Invalid value for positive integer: \"-1\"");
         let e = o.apply("limit", Src::Text("1.5")).unwrap_err();
-        assert_eq!(e.reason, "Invalid value for integer: \"1.5\"");
+        assert_eq!(e.to_string(), "Invalid value for integer: \"1.5\"");
         let e = o.apply("include_docs", Src::Text("1")).unwrap_err();
-        assert_eq!(e.reason, "Invalid boolean parameter: \"1\"");
+        assert_eq!(e.to_string(), "Invalid boolean parameter: \"1\"");
         let e = o.apply("startkey", Src::Text("c")).unwrap_err();
-        assert_eq!(e.error, "bad_request");
+        assert_eq!(ApiError::from(e).error, "bad_request");
     }
 }

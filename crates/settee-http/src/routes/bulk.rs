@@ -14,6 +14,11 @@
 //! - `new_edits=false`: every document must name its revision (`_rev` or
 //!   `_revisions`), or the whole request is refused before anything is
 //!   written (CouchDB's 400); such requests are never streamed.
+//! - When the database has `validate_doc_update` functions, every document
+//!   is parsed and validated (settee-design) before any is written; a
+//!   refused one gets its error in its place (`new_edits=false`: with its
+//!   `rev`, as CouchDB) and the others are written. Such requests are
+//!   never streamed either.
 //! - `all_or_nothing` failures answer 417 with the failing documents and
 //!   write nothing.
 //! - `_bulk_get` answers every entry inside a 200: an entry without `rev`
@@ -35,7 +40,9 @@ use settee_db::{DocFailure, DocResult, Error, GetOptions, OpenRev, OpenRevs, Upd
 use super::allow;
 use super::bulk_body::BulkBody;
 use super::doc::push_open_rev;
-use crate::auth::{require_db_reader, require_db_writer, require_design_writer, UserCtx};
+use crate::auth::{
+    require_db_reader, require_db_writer, require_design_writer, write_ctx, UserCtx,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
 use crate::request::{body_error, local_parts, parse_id_revs, Req};
@@ -46,6 +53,8 @@ enum Slot {
     /// Index into the engine's results.
     Engine(usize),
     Done(Result<String, DocFailure>),
+    /// Refused by `validate_doc_update`, with the revision it named.
+    Refused(ApiError, Option<Rev>),
 }
 
 /// A document's outcome as rendered: its new revision, a `_local`
@@ -54,6 +63,9 @@ enum Outcome<'a> {
     Rev(&'a Rev),
     Text(&'a str),
     Failed(&'a DocFailure),
+    /// Refused by `validate_doc_update` (with the revision to show, for
+    /// `new_edits=false`).
+    Refused(&'a ApiError, Option<&'a Rev>),
 }
 
 fn push_result(out: &mut String, id: &str, outcome: Outcome<'_>) {
@@ -74,17 +86,26 @@ fn push_result(out: &mut String, id: &str, outcome: Outcome<'_>) {
             out.push('}');
         }
         Outcome::Failed(f) => push_failure(out, id, f),
+        Outcome::Refused(e, rev) => push_error(out, id, rev, e),
     }
 }
 
 fn push_failure(out: &mut String, id: &str, f: &DocFailure) {
-    let e = ApiError::from_doc_failure(f, id);
+    push_error(out, id, None, &ApiError::from_doc_failure(f, id));
+}
+
+/// `{"id":…,["rev":…,]"error":…,"reason":…}`.
+fn push_error(out: &mut String, id: &str, rev: Option<&Rev>, e: &ApiError) {
     out.push_str("{\"id\":");
     push_str(out, id);
+    if let Some(rev) = rev {
+        out.push_str(",\"rev\":");
+        push_rev(out, rev);
+    }
     out.push_str(",\"error\":");
     push_str(out, &e.error);
-    out.push_str(",\"reason\":");
-    push_str(out, &e.reason);
+    out.push(',');
+    e.push_reason(out);
     out.push('}');
 }
 
@@ -104,8 +125,9 @@ fn render_results(slots: &[(String, Slot)], results: &[DocResult], new_edits: bo
             },
             Slot::Done(Ok(rev)) => Outcome::Text(rev),
             Slot::Done(Err(f)) => Outcome::Failed(f),
+            Slot::Refused(e, rev) => Outcome::Refused(e, rev.as_ref().filter(|_| !new_edits)),
         };
-        if !new_edits && !matches!(outcome, Outcome::Failed(_)) {
+        if !new_edits && !matches!(outcome, Outcome::Failed(_) | Outcome::Refused(..)) {
             continue;
         }
         if !first {
@@ -142,6 +164,36 @@ struct Placement {
 }
 
 impl Placement {
+    /// Takes the documents `validate_doc_update` refused (`verdicts`, one
+    /// per engine document) out of the engine's share, giving each its
+    /// error in its slot; returns the documents left to write.
+    fn refuse(&mut self, docs: Vec<Doc>, verdicts: Vec<Result<(), ApiError>>) -> Vec<Doc> {
+        let mut refused: Vec<Option<(ApiError, Option<Rev>)>> = Vec::with_capacity(docs.len());
+        let mut kept = Vec::with_capacity(docs.len());
+        for (doc, verdict) in docs.into_iter().zip(verdicts) {
+            match verdict {
+                Ok(()) => {
+                    refused.push(None);
+                    kept.push(doc);
+                }
+                Err(e) => refused.push(Some((e, doc.rev))),
+            }
+        }
+        let mut next = 0;
+        for (_, slot) in &mut self.slots {
+            let Slot::Engine(i) = slot else { continue };
+            match refused.get_mut(*i).and_then(Option::take) {
+                Some((e, rev)) => *slot = Slot::Refused(e, rev),
+                None => {
+                    *slot = Slot::Engine(next);
+                    next += 1;
+                }
+            }
+        }
+        self.engine = next;
+        kept
+    }
+
     /// Gives a parsed document its slot; returns it if the engine is to
     /// write it.
     fn place(&mut self, p: Parsed) -> Option<Doc> {
@@ -158,6 +210,22 @@ impl Placement {
             }
         }
     }
+}
+
+/// The answer to an `all_or_nothing` request some of whose documents
+/// `validate_doc_update` refused (417, nothing written), if any was.
+fn refusals(slots: &[(String, Slot)]) -> Option<String> {
+    let mut out = String::from("[");
+    for (id, slot) in slots {
+        if let Slot::Refused(e, _) = slot {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            push_error(&mut out, id, None, e);
+        }
+    }
+    out.push(']');
+    (out.len() > 2).then_some(out)
 }
 
 /// Whether the document text `text` (valid JSON: the body parsed) is
@@ -312,8 +380,10 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         durability: Some(durability),
     };
     let chunk = db.chunk_docs();
+    let validators = app.design.validators(&db)?;
     // A document's body is never longer than its text: none can be too large.
-    let outcome: Result<Vec<DocResult>, BulkError> = if new_edits
+    let outcome: Result<Vec<DocResult>, BulkError> = if validators.is_none()
+        && new_edits
         && !all_or_nothing
         && docs.len() > chunk
         && docs
@@ -357,7 +427,30 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
                 Ok(p)
             })
             .collect::<ApiResult<Vec<Parsed>>>()?;
-        let engine_docs: Vec<Doc> = parsed.into_iter().filter_map(|p| place.place(p)).collect();
+        let mut engine_docs: Vec<Doc> = parsed.into_iter().filter_map(|p| place.place(p)).collect();
+        if engine_docs.iter().any(|d| d.id.starts_with("_design/")) {
+            // Design documents whose functions do not compile are refused.
+            let mut verdicts = Vec::with_capacity(engine_docs.len());
+            for d in &engine_docs {
+                verdicts.push(super::view::check_design(app, d).await);
+            }
+            engine_docs = place.refuse(engine_docs, verdicts);
+        }
+        if let Some(validators) = &validators {
+            let ctx = write_ctx(&req.settings, &req.user);
+            let verdicts = validators
+                .validate_all(&db, &engine_docs, new_edits, &ctx)
+                .await?
+                .into_iter()
+                .map(|v| v.map_err(ApiError::from))
+                .collect();
+            engine_docs = place.refuse(engine_docs, verdicts);
+            if all_or_nothing {
+                if let Some(out) = refusals(&place.slots) {
+                    return Ok(json_response(StatusCode::EXPECTATION_FAILED, out));
+                }
+            }
+        }
         if engine_docs.is_empty() {
             Ok(Vec::new())
         } else {

@@ -1,8 +1,8 @@
 //! `_changes`: feeds normal, longpoll, continuous (`live` is its alias) and
 //! eventsource; since (`0`, `now`, a sequence), limit, descending,
 //! include_docs, conflicts, style, heartbeat, timeout, seq_interval;
-//! filters `_doc_ids`, `_selector`, `_design`, and the checks CouchDB makes
-//! of `_view` and design-document filters before it would run JavaScript.
+//! filters `_doc_ids`, `_selector`, `_design`, and the JavaScript ones
+//! (`ddoc/name` and `_view`, run by settee-design).
 //!
 //! Sequences are the engine's integer `update_seq`, sent as JSON strings
 //! (`"5"`) as CouchDB sends its opaque ones; `since` takes `now`, a number,
@@ -17,7 +17,9 @@
 //!   is then the database's `update_seq`). `pending` is the number of
 //!   by-seq rows the walk has not gone through; a walk cut by `limit`
 //!   looks at one row more, which counts as gone through when the filter
-//!   drops it. Counting the rows left costs a bucket of rows and one count
+//!   drops it (for `pending` too, except with a JavaScript filter, whose
+//!   `pending` CouchDB counts from the last row sent). Counting the rows
+//!   left costs a bucket of rows and one count
 //!   per later bucket (`Reader::count_changes_after`), never a scan of
 //!   what is left.
 //! - `seq_interval=N` sends a row's seq only when CouchDB would: when the
@@ -25,6 +27,16 @@
 //! - Rows come from storage snapshots on the blocking pool, in batches of at
 //!   most [`SCAN_BATCH`] scanned rows, so a feed over a large database
 //!   streams and never holds a snapshot or a worker for long.
+//! - A JavaScript filter judges rows in batches (one call per batch, as
+//!   CouchDB sends them to its query server): the first as large as the
+//!   rows the limit still allows (plus the one looked at past it), each
+//!   later one twice the last, at most [`JS_BATCH_MAX`]. With
+//!   `style=all_docs` it judges every leaf and a row lists only the
+//!   leaves that passed. The filter's `req` is CouchDB's request object
+//!   ([`filter_req`]).
+//! - A live feed makes its first walk before it answers, so that a filter
+//!   that fails on the first changes is an error response (as CouchDB's),
+//!   not a cut stream; a later failure ends the stream.
 //! - Live feeds subscribe to the database's committed-seq watch *before*
 //!   reading, and wait for an `update_seq` beyond the one of the snapshot
 //!   last read (not beyond `last_seq`: purges and settings advance
@@ -45,9 +57,10 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use settee_core::selector::Selector;
 use settee_db::{ChangeRow, Database, GetOptions, Reader};
+use settee_design::ChangesFilter;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -62,6 +75,8 @@ use crate::stream::blocking_response;
 
 /// Rows examined per blocking scan of a live feed.
 const SCAN_BATCH: u64 = 1000;
+/// Most rows a JavaScript filter judges in one call.
+const JS_BATCH_MAX: usize = 512;
 /// Most ids a `_doc_ids` filter may name.
 const DOC_IDS_MAX: usize = 10_000;
 /// Up to this many ids, `_doc_ids` looks the documents up instead of
@@ -96,6 +111,8 @@ enum Filter {
     DocIds(Vec<String>, HashSet<String>),
     Selector(Selector),
     Design,
+    /// A JavaScript filter function, or `_view`.
+    Js(Box<ChangesFilter>),
 }
 
 struct Params {
@@ -176,52 +193,110 @@ fn doc_ids(v: &Value) -> ApiResult<Filter> {
     Ok(Filter::DocIds(ids, set))
 }
 
-/// The member `path` leads to in a design document, or CouchDB's 404:
-/// `missing json key: …` for an absent member, `json_mismatch` when a
-/// member on the way is not an object.
-fn member<'a>(doc: &'a Map<String, Value>, path: &[&str]) -> ApiResult<&'a Value> {
-    let mut found: Option<&Value> = None;
-    let mut obj = doc;
-    for key in path {
-        if let Some(v) = found {
-            obj = v
-                .as_object()
-                .ok_or_else(|| ApiError::not_found("json_mismatch"))?;
+/// `ddoc/name` of a JavaScript filter (or `view=`), or CouchDB's 400.
+fn ddoc_and_name<'a>(spec: &'a str, form_error: &'static str) -> ApiResult<(&'a str, &'a str)> {
+    let parts: Vec<&str> = spec.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        [ddoc, name] => Ok((ddoc, name)),
+        _ => Err(ApiError::bad_request(form_error)),
+    }
+}
+
+/// Loads a JavaScript filter (`req` None: `_view`) from the database, with
+/// CouchDB's checks (settee-design), on the blocking pool.
+async fn js_filter(
+    app: &App,
+    db: &Database,
+    ddoc: &str,
+    name: &str,
+    req: Option<Value>,
+) -> ApiResult<Filter> {
+    let (app, db) = (app.clone(), db.clone());
+    let (ddoc, name) = (ddoc.to_string(), name.to_string());
+    let filter = tokio::task::spawn_blocking(move || -> ApiResult<ChangesFilter> {
+        let reader = db.reader()?;
+        Ok(match req {
+            Some(req) => app.design.changes_filter(&reader, &ddoc, &name, req)?,
+            None => app.design.view_filter(&reader, &ddoc, &name)?,
+        })
+    })
+    .await??;
+    Ok(Filter::Js(Box::new(filter)))
+}
+
+/// CouchDB's request object, the second argument of a filter function:
+/// the database's info, the request's method, paths, query (the last
+/// value of a repeated parameter), headers, body (the JSON object a POST
+/// sent, else `"undefined"`), `userCtx` and `secObj`; `id` is null and
+/// `uuid` fresh, as for `_changes` in CouchDB. Credentials stay out of it
+/// as in CouchDB 3.4: no `Authorization` or `Cookie` header, and `cookie`
+/// is empty. `peer` is null: the connection's address does not reach
+/// handlers.
+fn filter_req(
+    app: &App,
+    req: &Req,
+    db: &Database,
+    body: Option<&Map<String, Value>>,
+) -> ApiResult<Value> {
+    let mut query = Map::new();
+    for (k, v) in req.query.pairs() {
+        query.insert(k.clone(), Value::String(v.clone()));
+    }
+    let mut headers = Map::new();
+    for (name, value) in &req.headers {
+        if name == header::AUTHORIZATION || name == header::COOKIE {
+            continue;
         }
-        match obj.get(*key) {
-            Some(v) => found = Some(v),
-            None => return Err(ApiError::not_found(format!("missing json key: {key}"))),
+        if let Ok(v) = value.to_str() {
+            headers.insert(header_case(name.as_str()), Value::String(v.to_string()));
         }
     }
-    found.ok_or_else(|| ApiError::not_found("missing"))
+    let raw_path = req
+        .uri
+        .path_and_query()
+        .map_or_else(|| req.uri.path().to_string(), |pq| pq.as_str().to_string());
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let requested: Vec<Value> = raw_path
+        .trim_start_matches('/')
+        .split('/')
+        .map(|s| Value::String(decode(s)))
+        .collect();
+    Ok(json!({
+        "info": super::db::info_json(&db.info()?),
+        "uuid": app.new_uuid(),
+        "id": null,
+        "method": req.method.as_str(),
+        "requested_path": requested,
+        "path": [db.name(), "_changes"],
+        "raw_path": raw_path,
+        "query": query,
+        "headers": headers,
+        "body": body.map_or_else(|| Value::String("undefined".into()), |b| Value::Object(b.clone())),
+        "peer": null,
+        "form": {},
+        "cookie": {},
+        "userCtx": {"db": db.name(), "name": req.user.name, "roles": req.user.roles},
+        "secObj": crate::auth::security_object(&req.settings),
+    }))
 }
 
-/// The answer to a filter that would run a design document's JavaScript
-/// (`ddoc/name`, or `_view` with `view=ddoc/name`): CouchDB's checks first
-/// (the name's form, the design document, the function), then 501 (no
-/// JavaScript engine behind `_changes` yet).
-async fn js_filter(db: &Database, kind: &str, name: &str, form_error: &'static str) -> ApiError {
-    let parts: Vec<&str> = name.split('/').filter(|p| !p.is_empty()).collect();
-    let [ddoc, func] = parts.as_slice() else {
-        return ApiError::bad_request(form_error);
-    };
-    let id = format!("_design/{ddoc}");
-    let db = db.clone();
-    let body = tokio::task::spawn_blocking(move || {
-        db.reader()?
-            .get(&id, &GetOptions::default())
-            .map(|d| d.body.to_map())
-    })
-    .await;
-    let checked = match body {
-        Ok(Ok(body)) => member(&body, &[kind, func]).map(|_| ()),
-        Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(e.into()),
-    };
-    checked.err().unwrap_or_else(ApiError::not_implemented)
+/// A header name as clients usually spell it (`content-type` →
+/// `Content-Type`); HTTP/1 names arrive lowercased.
+fn header_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = true;
+    for c in name.chars() {
+        out.push(if upper { c.to_ascii_uppercase() } else { c });
+        upper = c == '-';
+    }
+    out
 }
 
-async fn parse_params(req: &mut Req, db: &Database) -> ApiResult<Params> {
+async fn parse_params(app: &App, req: &mut Req, db: &Database) -> ApiResult<Params> {
     // A POST body comes first (as in CouchDB): it must be a JSON object.
     let body: Option<Map<String, Value>> = if req.method == Method::POST {
         let bytes = req.body_bytes().await?;
@@ -303,33 +378,27 @@ async fn parse_params(req: &mut Req, db: &Database) -> ApiResult<Params> {
         }
         "_design" => Filter::Design,
         "_view" => {
-            let view = q.get("view").unwrap_or("").to_string();
+            let view = q.get("view").unwrap_or("");
             if view.is_empty() {
                 return Err(ApiError::bad_request(
                     "`view` filter parameter is not provided.",
                 ));
             }
-            return Err(js_filter(
-                db,
-                "views",
-                &view,
-                "`view` must be of the form `designname/viewname`",
-            )
-            .await);
+            let (ddoc, name) =
+                ddoc_and_name(view, "`view` must be of the form `designname/viewname`")?;
+            js_filter(app, db, ddoc, name, None).await?
         }
         other if other.starts_with('_') => {
             return Err(ApiError::bad_request("unknown builtin filter name"))
         }
         other if other.split('/').all(str::is_empty) => Filter::None,
         other => {
-            let other = other.to_string();
-            return Err(js_filter(
-                db,
-                "filters",
-                &other,
+            let (ddoc, name) = ddoc_and_name(
+                other,
                 "`filter` must be of the form `designname/filtername`",
-            )
-            .await);
+            )?;
+            let req_object = filter_req(app, req, db, body.as_ref())?;
+            js_filter(app, db, ddoc, name, Some(req_object)).await?
         }
     };
     let q = &req.query;
@@ -391,18 +460,62 @@ fn selector_doc(reader: &Reader, row: &ChangeRow) -> ApiResult<Value> {
     Ok(Value::Object(map))
 }
 
-/// Whether the filter keeps a row.
+/// Whether a built-in filter keeps a row.
 fn keeps(reader: &Reader, p: &Params, row: &ChangeRow) -> ApiResult<bool> {
     Ok(match &p.filter {
         Filter::None => true,
         Filter::DocIds(_, ids) => ids.contains(&row.id),
         Filter::Design => row.id.starts_with(DESIGN_LO),
         Filter::Selector(sel) => sel.matches(&selector_doc(reader, row)?),
+        // Judged in batches (`verdicts`), never one by one.
+        Filter::Js(_) => true,
     })
 }
 
-/// Renders one change row, the `index`-th the feed sends.
-fn render_row(reader: &Reader, p: &Params, row: &ChangeRow, index: u64) -> ApiResult<String> {
+/// What the filter made of a row.
+enum Verdict {
+    Drop,
+    /// Kept; for a JavaScript filter, the verdict on each revision it
+    /// judged (the winner, or every leaf with `style=all_docs`).
+    Keep(Option<Vec<bool>>),
+}
+
+/// The filter's verdicts on a batch of rows, in order.
+fn verdicts(reader: &Reader, p: &Params, rows: &[ChangeRow]) -> ApiResult<Vec<Verdict>> {
+    if let Filter::Js(f) = &p.filter {
+        let judged = f.judge(reader, rows, p.all_leaves)?;
+        return Ok(judged
+            .into_iter()
+            .map(|v| {
+                if v.contains(&true) {
+                    Verdict::Keep(Some(v))
+                } else {
+                    Verdict::Drop
+                }
+            })
+            .collect());
+    }
+    rows.iter()
+        .map(|row| {
+            Ok(if keeps(reader, p, row)? {
+                Verdict::Keep(None)
+            } else {
+                Verdict::Drop
+            })
+        })
+        .collect()
+}
+
+/// Renders one change row, the `index`-th the feed sends; `passed` says
+/// which leaves a JavaScript filter passed (`style=all_docs` lists only
+/// those).
+fn render_row(
+    reader: &Reader,
+    p: &Params,
+    row: &ChangeRow,
+    index: u64,
+    passed: Option<&[bool]>,
+) -> ApiResult<String> {
     let mut out = String::with_capacity(96);
     out.push_str("{\"seq\":");
     if p.shows_seq(index) {
@@ -418,10 +531,15 @@ fn render_row(reader: &Reader, p: &Params, row: &ChangeRow, index: u64) -> ApiRe
     } else {
         &row.leaves[..row.leaves.len().min(1)]
     };
+    let mut listed = 0;
     for (i, (rev, _)) in leaves.iter().enumerate() {
-        if i > 0 {
+        if p.all_leaves && passed.is_some_and(|v| !v.get(i).copied().unwrap_or(false)) {
+            continue;
+        }
+        if listed > 0 {
             out.push(',');
         }
+        listed += 1;
         out.push_str("{\"rev\":");
         push_rev(&mut out, rev);
         out.push('}');
@@ -459,6 +577,98 @@ struct Walk {
     limit_hit: bool,
     /// `update_seq` of the snapshot walked.
     update_seq: u64,
+}
+
+/// The scan of a walk: what it has seen and sent so far.
+struct Scan<'a> {
+    reader: &'a Reader,
+    p: &'a Params,
+    budget: u64,
+    scan_max: u64,
+    first_index: u64,
+    emit: &'a mut dyn FnMut(u64, &str) -> bool,
+    w: Walk,
+    examined: u64,
+    /// The last row gone through.
+    last: Option<u64>,
+    /// The last row sent.
+    last_sent: Option<u64>,
+}
+
+impl Scan<'_> {
+    /// Rows to judge in the first batch: one for built-in filters; for a
+    /// JavaScript one, the rows the limit allows plus the one looked at
+    /// past it, within the scan.
+    fn first_batch(&self, js: bool) -> usize {
+        if !js {
+            return 1;
+        }
+        let wanted = self.budget.saturating_add(1).min(self.scan_left());
+        usize::try_from(wanted)
+            .unwrap_or(JS_BATCH_MAX)
+            .clamp(1, JS_BATCH_MAX)
+    }
+
+    /// Rows to judge in the batch after one of `last` rows: twice as many
+    /// (the filter dropped some), within the scan; one once the limit is
+    /// reached (only the row past it is looked at).
+    fn next_batch(&self, js: bool, last: usize) -> usize {
+        if !js || self.w.limit_hit {
+            return 1;
+        }
+        let left = usize::try_from(self.scan_left()).unwrap_or(JS_BATCH_MAX);
+        last.saturating_mul(2).min(left).clamp(1, JS_BATCH_MAX)
+    }
+
+    /// Rows the scan may still go through, and the one that tells it
+    /// there are more.
+    fn scan_left(&self) -> u64 {
+        self.scan_max
+            .saturating_sub(self.examined)
+            .saturating_add(1)
+    }
+
+    /// Judges the buffered rows and goes through them in order (emptying
+    /// the buffer); false when the walk is over.
+    fn take(&mut self, rows: &mut Vec<ChangeRow>) -> ApiResult<bool> {
+        let verdicts = verdicts(self.reader, self.p, rows)?;
+        for (row, verdict) in rows.drain(..).zip(verdicts) {
+            if !self.step(&row, verdict)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Goes through one row; false when the walk stops at it.
+    fn step(&mut self, row: &ChangeRow, verdict: Verdict) -> ApiResult<bool> {
+        if self.w.limit_hit {
+            // One row past the limit: a row the filter drops counts as
+            // gone through.
+            if matches!(verdict, Verdict::Drop) {
+                self.last = Some(row.seq);
+            }
+            return Ok(false);
+        }
+        if self.examined >= self.scan_max {
+            self.w.more = true;
+            return Ok(false);
+        }
+        self.examined += 1;
+        self.last = Some(row.seq);
+        let Verdict::Keep(passed) = verdict else {
+            return Ok(true);
+        };
+        let index = self.first_index + self.w.emitted;
+        let text = render_row(self.reader, self.p, row, index, passed.as_deref())?;
+        self.w.emitted += 1;
+        self.last_sent = Some(row.seq);
+        if !(self.emit)(row.seq, &text) {
+            return Ok(false);
+        }
+        self.w.limit_hit = self.w.emitted >= self.budget;
+        Ok(true)
+    }
 }
 
 /// Walks the changes after `since` (all of them when descending), looking
@@ -521,7 +731,7 @@ fn walk(
             }
             pending = pending.saturating_sub(1);
             last = Some(row.seq);
-            let text = render_row(reader, p, row, first_index + w.emitted)?;
+            let text = render_row(reader, p, row, first_index + w.emitted, None)?;
             w.emitted += 1;
             if !emit(row.seq, &text) {
                 break;
@@ -536,50 +746,54 @@ fn walk(
         };
         return Ok(w);
     }
-    let mut examined = 0u64;
-    let mut last = None;
+    let js = matches!(p.filter, Filter::Js(_));
+    let mut scan = Scan {
+        reader,
+        p,
+        budget,
+        scan_max,
+        first_index,
+        emit,
+        w,
+        examined: 0,
+        last: None,
+        last_sent: None,
+    };
+    let mut buffered: Vec<ChangeRow> = Vec::new();
+    let mut target = scan.first_batch(js);
     let mut failure = None;
+    let mut over = false;
     reader.changes(since, p.descending, u64::MAX, &mut |row| {
-        if w.limit_hit {
-            // One row past the limit: a row the filter drops counts as
-            // gone through.
-            match keeps(reader, p, &row) {
-                Ok(false) => last = Some(row.seq),
-                Ok(true) => {}
-                Err(e) => failure = Some(e),
-            }
-            return false;
-        }
-        if examined >= scan_max {
-            w.more = true;
-            return false;
-        }
-        examined += 1;
-        last = Some(row.seq);
-        let kept = match keeps(reader, p, &row) {
-            Ok(k) => k,
-            Err(e) => {
-                failure = Some(e);
-                return false;
-            }
-        };
-        if !kept {
+        buffered.push(row);
+        if buffered.len() < target {
             return true;
         }
-        let text = match render_row(reader, p, &row, first_index + w.emitted) {
-            Ok(t) => t,
+        match scan.take(&mut buffered) {
+            Ok(true) => {
+                target = scan.next_batch(js, target);
+                true
+            }
+            Ok(false) => {
+                over = true;
+                false
+            }
             Err(e) => {
                 failure = Some(e);
-                return false;
+                false
             }
-        };
-        w.emitted += 1;
-        if !emit(row.seq, &text) {
-            return false;
         }
-        w.limit_hit = w.emitted >= budget;
-        true
     })?;
+    if failure.is_none() && !over && !buffered.is_empty() {
+        if let Err(e) = scan.take(&mut buffered) {
+            failure = Some(e);
+        }
+    }
+    let Scan {
+        mut w,
+        last,
+        last_sent,
+        ..
+    } = scan;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -587,7 +801,11 @@ fn walk(
         w.last_seq = seq;
     }
     if w.limit_hit {
-        w.pending = match (p.descending, last) {
+        // CouchDB counts a dropped row past the limit as gone through for
+        // `last_seq`, and for `pending` too, except with a JavaScript
+        // filter, where `pending` is what follows the last row sent.
+        let counted = if js { last_sent } else { last };
+        w.pending = match (p.descending, counted) {
             (false, at) => reader.count_changes_after(at.unwrap_or(since))?,
             (true, Some(seq)) => {
                 rows_total.saturating_sub(reader.count_changes_after(seq.saturating_sub(1))?)
@@ -606,12 +824,12 @@ pub async fn handle(app: &App, req: &mut Req, name: &str) -> ApiResult<Response>
     )?;
     require_db_reader(&req.settings, &req.user)?;
     let db = app.db(name)?;
-    let p = parse_params(req, &db).await?;
+    let p = parse_params(app, req, &db).await?;
     if p.feed == Feed::Normal || (p.descending && p.feed == Feed::Longpoll) {
         let if_none_match = req.header(header::IF_NONE_MATCH).map(str::to_string);
         return normal(db, p, if_none_match).await;
     }
-    Ok(live(app, db, p))
+    live(app, db, p).await
 }
 
 async fn normal(db: Database, p: Params, if_none_match: Option<String>) -> ApiResult<Response> {
@@ -667,11 +885,17 @@ async fn normal(db: Database, p: Params, if_none_match: Option<String>) -> ApiRe
 
 type Chunk = Result<Bytes, std::io::Error>;
 
-fn live(app: &App, db: Database, p: Params) -> Response {
+/// Starts a live feed: its first walk is made before the answer (an error
+/// there is an error response), the rest streams.
+async fn live(app: &App, db: Database, p: Params) -> ApiResult<Response> {
+    // Subscribed before the first read: no commit racing it is missed.
+    let watch = db.subscribe();
+    let p = std::sync::Arc::new(p);
+    let first = walk_batch(&db, &p, p.since, 0).await?;
     let (tx, mut rx) = mpsc::channel::<Chunk>(16);
     let feed = p.feed;
     let closing = app.closing.subscribe();
-    tokio::spawn(run_live(db, p, tx, closing));
+    tokio::spawn(run_live(db, p, first, watch, tx, closing));
     let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
     let mut resp = json_response(StatusCode::OK, String::new());
     *resp.body_mut() = Body::from_stream(stream);
@@ -684,7 +908,40 @@ fn live(app: &App, db: Database, p: Params) -> Response {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
     resp.extensions_mut().insert(NoCompress);
-    resp
+    Ok(resp)
+}
+
+/// The rows of one walk of a live feed (see [`walk`]) from `since`, the
+/// first of them the feed's `emitted`-th, on the blocking pool.
+async fn walk_batch(
+    db: &Database,
+    p: &std::sync::Arc<Params>,
+    since: u64,
+    emitted: u64,
+) -> ApiResult<(Walk, Vec<(u64, String)>)> {
+    let reader = db.reader()?;
+    let pp = p.clone();
+    // A descending walk starts from the newest change every time: it is
+    // one pass (then the feed ends), never resumed in batches.
+    let scan = if p.descending { u64::MAX } else { SCAN_BATCH };
+    let remaining = p.budget().saturating_sub(emitted);
+    tokio::task::spawn_blocking(move || {
+        let mut rows: Vec<(u64, String)> = Vec::new();
+        let w = walk(
+            &reader,
+            &pp,
+            since,
+            remaining,
+            scan,
+            emitted,
+            &mut |seq, row| {
+                rows.push((seq, row.to_string()));
+                true
+            },
+        );
+        w.map(|w| (w, rows))
+    })
+    .await?
 }
 
 /// Sends a chunk; false when the client is gone.
@@ -694,12 +951,13 @@ async fn send(tx: &mpsc::Sender<Chunk>, text: String) -> bool {
 
 async fn run_live(
     db: Database,
-    p: Params,
+    p: std::sync::Arc<Params>,
+    first: (Walk, Vec<(u64, String)>),
+    mut watch: tokio::sync::watch::Receiver<u64>,
     tx: mpsc::Sender<Chunk>,
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut watch = db.subscribe();
-    let p = std::sync::Arc::new(p);
+    let mut first = Some(first);
     let mut since = p.since;
     let mut pending;
     let mut emitted = 0u64;
@@ -708,46 +966,20 @@ async fn run_live(
     let deadline = Instant::now() + Duration::from_millis(p.timeout_ms);
     let heartbeat = p.heartbeat_ms.map(Duration::from_millis);
     'feed: loop {
-        watch.borrow_and_update();
-        let reader = match db.reader() {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                return;
+        let index = emitted;
+        let batch = match first.take() {
+            Some(batch) => Ok(batch),
+            None => {
+                watch.borrow_and_update();
+                walk_batch(&db, &p, since, emitted).await
             }
         };
-        let (pp, from) = (p.clone(), since);
-        // A descending walk starts from the newest change every time: it
-        // is one pass (then the feed ends), never resumed in batches.
-        let scan = if p.descending { u64::MAX } else { SCAN_BATCH };
-        let (remaining, index) = (p.budget().saturating_sub(emitted), emitted);
-        let batch = tokio::task::spawn_blocking(move || {
-            let mut rows: Vec<(u64, String)> = Vec::new();
-            let w = walk(
-                &reader,
-                &pp,
-                from,
-                remaining,
-                scan,
-                index,
-                &mut |seq, row| {
-                    rows.push((seq, row.to_string()));
-                    true
-                },
-            );
-            w.map(|w| (w, rows))
-        })
-        .await;
         let (w, rows) = match batch {
-            Ok(Ok(x)) => x,
-            Ok(Err(e)) => {
+            Ok(x) => x,
+            Err(e) => {
                 let _ = tx
                     .send(Err(std::io::Error::other(e.reason.to_string())))
                     .await;
-                return;
-            }
-            Err(e) => {
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
                 return;
             }
         };
@@ -875,15 +1107,23 @@ mod tests {
     }
 
     #[test]
-    fn design_members_are_found_or_named_missing() {
-        let doc: Map<String, Value> =
-            serde_json::from_str(r#"{"filters":{"f":"function(){}"},"views":null}"#).unwrap();
-        assert!(member(&doc, &["filters", "f"]).is_ok());
-        let e = member(&doc, &["filters", "g"]).unwrap_err();
-        assert_eq!(e.reason, "missing json key: g");
-        let e = member(&doc, &["views", "v"]).unwrap_err();
-        assert_eq!(e.reason, "json_mismatch");
-        let e = member(&doc, &["lists", "v"]).unwrap_err();
-        assert_eq!(e.reason, "missing json key: lists");
+    fn javascript_filters_are_named_ddoc_slash_name() {
+        let form = "`filter` must be of the form `designname/filtername`";
+        assert_eq!(ddoc_and_name("d/f", form).unwrap(), ("d", "f"));
+        assert_eq!(ddoc_and_name("/d//f/", form).unwrap(), ("d", "f"));
+        for bad in ["d", "d/f/g", "/f"] {
+            let e = ddoc_and_name(bad, form).unwrap_err();
+            assert_eq!(
+                (e.status, e.reason.as_ref()),
+                (StatusCode::BAD_REQUEST, form)
+            );
+        }
+    }
+
+    #[test]
+    fn header_names_are_spelled_as_clients_send_them() {
+        assert_eq!(header_case("content-type"), "Content-Type");
+        assert_eq!(header_case("x-couch-full-commit"), "X-Couch-Full-Commit");
+        assert_eq!(header_case("host"), "Host");
     }
 }

@@ -218,14 +218,6 @@ pub async fn compact_views(
     Ok(ok_json(StatusCode::ACCEPTED))
 }
 
-pub async fn view_cleanup(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
-    allow(req, &[Method::POST], "POST")?;
-    require_db_admin(&req.settings, &req.user)?;
-    app.db(name)?;
-    // CouchDB takes any Content-Type here.
-    Ok(ok_json(StatusCode::ACCEPTED))
-}
-
 pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_admin(&req.user)?;
@@ -311,10 +303,6 @@ pub async fn security(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
     }
     require_db_reader(&req.settings, &req.user)?;
     app.db(name)?;
-    let sec = if req.settings.default_security_admin_only {
-        json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
-    } else {
-        json!({})
-    };
+    let sec = crate::auth::security_object(&req.settings);
     Ok(json_value(StatusCode::OK, &sec))
 }

@@ -14,6 +14,12 @@
 //!   written. (Checked here, against the latest state, before the write.)
 //! - Design documents are checked ([`settee_core::design`]) before they
 //!   are written; a malformed one is a 400 and nothing is written.
+//! - Every other document write (PUT, POST, DELETE, COPY, `new_edits=false`)
+//!   passes the database's `validate_doc_update` functions first
+//!   (settee-design), before the conflict checks, as in CouchDB; a refusal
+//!   writes nothing. A refused `batch=ok` PUT or POST is still answered
+//!   202 (CouchDB validates after accepting it); a DELETE is not (CouchDB
+//!   ignores `batch=ok` there).
 //! - `_local` documents bypass revision trees (engine `put_local`), never
 //!   appear in changes, and have `0-N` revisions with no revision check
 //!   (CouchDB 3's rule); they cannot be read by revision.
@@ -36,9 +42,10 @@ use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
 use settee_db::{Database, DocRead, Durability, GetOptions, OpenRev, OpenRevs, UpdateOptions};
+use settee_design::DesignError;
 
 use super::allow_names;
-use crate::auth::{require_db_admin, require_db_reader, require_db_writer};
+use crate::auth::{require_db_admin, require_db_reader, require_db_writer, write_ctx};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{self, json_response, push_rev, push_str, Extras};
 use crate::request::{local_parts, parse_json_bytes, parse_rev, Req};
@@ -218,8 +225,15 @@ pub async fn write(
     }
     if kind == DocKind::Design {
         design::validate(&doc.body.to_map())?;
+        super::view::check_design(app, &doc).await?;
     }
     let deleted = doc.deleted;
+    if let Err(e) = validate(app, req, db, &doc, new_edits).await {
+        return match (req.durability(), e) {
+            (Durability::Batch, DesignError::Refused(_)) => Ok(accepted(id)),
+            (_, e) => Err(e.into()),
+        };
+    }
     if new_edits && edits_deleted(db, &doc)? {
         return match req.durability() {
             // CouchDB accepts a batch-mode write before it fails.
@@ -231,6 +245,22 @@ pub async fn write(
         return Ok(accepted(id));
     };
     Ok(written(req, db, id, &rev.to_string(), deleted))
+}
+
+/// Runs the database's `validate_doc_update` functions over one edit; Ok
+/// at once (no JavaScript, no read) when it has none.
+pub async fn validate(
+    app: &App,
+    req: &Req,
+    db: &Database,
+    doc: &Doc,
+    new_edits: bool,
+) -> Result<(), DesignError> {
+    let Some(validators) = app.design.validators(db)? else {
+        return Ok(());
+    };
+    let ctx = write_ctx(&req.settings, &req.user);
+    validators.validate(db, doc, new_edits, &ctx).await
 }
 
 /// Writes one document with the request's durability; None in batch mode
@@ -525,6 +555,7 @@ async fn delete(
         revisions: None,
         body: Body::empty(),
     };
+    validate(app, req, db, &doc, true).await?;
     match write_one(app, req, db, doc, true).await? {
         Some(rev) => Ok(ok_rev(req, StatusCode::OK, id, &rev.to_string())),
         None => Ok(accepted(id)),
@@ -584,6 +615,8 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         revisions: None,
         body,
     };
+    super::view::check_design(app, &doc).await?;
+    validate(app, req, db, &doc, true).await?;
     if edits_deleted(db, &doc)? {
         return Err(ApiError::conflict());
     }

@@ -12,6 +12,7 @@ pub mod changes;
 pub mod db;
 pub mod doc;
 pub mod server;
+pub mod view;
 
 use axum::http::Method;
 use axum::response::Response;
@@ -84,7 +85,11 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_purged_infos_limit"] => db::purged_infos_limit(app, req, db).await,
         [db, "_compact"] => db::compact(app, req, db).await,
         [db, "_compact", ddoc] => db::compact_views(app, req, db, ddoc).await,
-        [db, "_view_cleanup"] => db::view_cleanup(app, req, db).await,
+        [db, "_compact", "_design", ..] => {
+            app.db(db)?;
+            Err(ApiError::not_found("missing"))
+        }
+        [db, "_view_cleanup"] => view::cleanup(app, req, db).await,
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
@@ -93,6 +98,15 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             Err(ApiError::not_implemented())
         }
         [db, "_design", name] => doc::handle(app, req, db, format!("_design/{name}")).await,
+        [db, "_design", _, "_view"] | [db, "_design", _, "_view", ""] => {
+            app.db(db)?;
+            Err(ApiError::method_not_allowed(view::ALLOW))
+        }
+        [db, "_design", ddoc, "_view", view] => view::query(app, req, db, ddoc, view).await,
+        [db, "_design", ddoc, "_view", view, "queries"] => {
+            view::queries(app, req, db, ddoc, view).await
+        }
+        [db, "_design", ddoc, "_info"] => view::info(app, req, db, ddoc).await,
         [db, "_local", rest @ ..] if !rest.is_empty() => {
             doc::handle(app, req, db, format!("_local/{}", rest.join("/"))).await
         }

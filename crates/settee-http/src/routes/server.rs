@@ -237,6 +237,14 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
         tasks.push(json!({"type": "database_compaction", "database": name, "node": NODE_NAME, "pid": "<settee>",
             "progress": 0, "changes_done": 0, "total_changes": 0}));
     }
+    drop(compactions);
+    for mut task in app.views.active() {
+        if let Value::Object(m) = &mut task {
+            m.insert("node".into(), json!(NODE_NAME));
+            m.insert("pid".into(), json!("<settee>"));
+        }
+        tasks.push(task);
+    }
     Ok(json_value(StatusCode::OK, &Value::Array(tasks)))
 }
 

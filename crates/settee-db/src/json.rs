@@ -1,0 +1,196 @@
+//! CouchDB's JSON for documents, written straight into a `String`.
+//!
+//! Invariant: a stored [`Body`] is JSON object text and is spliced into the
+//! output as it is — never parsed and re-serialized — after `_id` and `_rev`
+//! and before the requested meta members (`_revisions`, `_conflicts`, …).
+//! The HTTP layer renders responses with it and the indexes build the
+//! documents map functions see with it, so both see the same JSON.
+
+use settee_core::revtree::RevStatus;
+
+use crate::reader::DocRead;
+use settee_core::rev::Rev;
+
+/// Appends `s` as a JSON string literal.
+pub fn push_str(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            out.push_str(&format!("\\u{b:04x}"));
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// Appends a revision as a JSON string.
+pub fn push_rev(out: &mut String, rev: &Rev) {
+    out.push('"');
+    push_u64(out, rev.pos);
+    out.push('-');
+    // Hashes we generate are hex; replicated ones are checked by Rev parsing
+    // but may hold any character, so escape through the general path.
+    rev.hash.with_text(|hash| {
+        if hash.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            out.push_str(hash);
+            out.push('"');
+        } else {
+            let mut tmp = String::new();
+            push_str(&mut tmp, hash);
+            out.push_str(&tmp[1..]);
+        }
+    });
+}
+
+pub fn push_u64(out: &mut String, n: u64) {
+    use std::fmt::Write;
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{n}");
+}
+
+/// What to add to a rendered document besides `_id`, `_rev` and the body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras {
+    pub local_seq: bool,
+}
+
+/// Appends the members of a body (without braces), preceded by a comma
+/// when it has any.
+pub fn push_body_members(out: &mut String, body: &str) {
+    let inner = body.trim();
+    let inner = inner
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .unwrap_or("");
+    if !inner.trim().is_empty() {
+        out.push(',');
+        out.push_str(inner);
+    }
+}
+
+/// Renders a document revision as CouchDB does.
+pub fn push_doc(out: &mut String, d: &DocRead, extras: Extras) {
+    out.reserve(d.body.len() + 96);
+    out.push_str("{\"_id\":");
+    push_str(out, &d.id);
+    out.push_str(",\"_rev\":");
+    push_rev(out, &d.rev);
+    push_body_members(out, d.body.as_str());
+    if d.deleted {
+        out.push_str(",\"_deleted\":true");
+    }
+    if let Some(revs) = &d.revisions {
+        out.push_str(",\"_revisions\":{\"start\":");
+        push_u64(out, revs.first().map_or(0, |r| r.pos));
+        out.push_str(",\"ids\":[");
+        for (i, r) in revs.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            r.hash.with_text(|hash| push_str(out, hash));
+        }
+        out.push_str("]}");
+    }
+    if let Some(info) = &d.revs_info {
+        out.push_str(",\"_revs_info\":[");
+        for (i, (r, s)) in info.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"rev\":");
+            push_rev(out, r);
+            out.push_str(",\"status\":");
+            out.push_str(match s {
+                RevStatus::Available => "\"available\"",
+                RevStatus::Missing => "\"missing\"",
+                RevStatus::Deleted => "\"deleted\"",
+            });
+            out.push('}');
+        }
+        out.push(']');
+    }
+    push_rev_list(out, "_conflicts", &d.conflicts);
+    push_rev_list(out, "_deleted_conflicts", &d.deleted_conflicts);
+    if extras.local_seq {
+        out.push_str(",\"_local_seq\":");
+        push_u64(out, d.local_seq);
+    }
+    out.push('}');
+}
+
+fn push_rev_list(out: &mut String, name: &str, revs: &[Rev]) {
+    if revs.is_empty() {
+        return;
+    }
+    out.push_str(",\"");
+    out.push_str(name);
+    out.push_str("\":[");
+    for (i, r) in revs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_rev(out, r);
+    }
+    out.push(']');
+}
+
+pub fn doc_string(d: &DocRead, extras: Extras) -> String {
+    let mut out = String::new();
+    push_doc(&mut out, d, extras);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use settee_core::doc::Body;
+
+    fn read(body: &str) -> DocRead {
+        DocRead {
+            id: "a\"b".into(),
+            rev: Rev::new(2, "abc"),
+            deleted: false,
+            body: Body::from_stored(body.into()),
+            local_seq: 7,
+            revisions: Some(vec![Rev::new(2, "abc"), Rev::new(1, "def")]),
+            revs_info: None,
+            conflicts: vec![Rev::new(2, "zzz")],
+            deleted_conflicts: vec![],
+        }
+    }
+
+    #[test]
+    fn renders_valid_json() {
+        for body in ["{}", r#"{"x":1,"y":[1,2]}"#] {
+            let s = doc_string(&read(body), Extras { local_seq: true });
+            let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+            assert_eq!(v["_id"], "a\"b");
+            assert_eq!(v["_rev"], "2-abc");
+            assert_eq!(v["_revisions"]["start"], 2);
+            assert_eq!(v["_conflicts"][0], "2-zzz");
+            assert_eq!(v["_local_seq"], 7);
+        }
+    }
+
+    #[test]
+    fn escapes_control_characters() {
+        let mut s = String::new();
+        push_str(&mut s, "a\u{1}\n\"é");
+        assert_eq!(serde_json::from_str::<String>(&s).unwrap(), "a\u{1}\n\"é");
+    }
+}

@@ -1,0 +1,399 @@
+//! One index (a design document's views, by signature) and its updater.
+//!
+//! Invariants:
+//! - **One updater at a time.** [`Index::update`] holds the index's update
+//!   lock; a caller that finds it taken waits and then finds the index
+//!   (nearly) current.
+//! - **Incremental.** An update reads the database's changes after the
+//!   index's sequence, a batch of at most [`UPDATE_BATCH`] documents at a
+//!   time, from one database snapshot: only those documents are mapped;
+//!   each one's old rows (found through its back entry) are replaced by
+//!   its new ones, or removed when it is deleted or purged. Purges since
+//!   the index's purge sequence are applied the same way; a purge history
+//!   that no longer reaches back that far empties the index, which then
+//!   rebuilds.
+//! - **Crash-safe.** Each batch's rows, back entries and new state are one
+//!   atomic write: a crash loses at most unfinished batches, redone from
+//!   the recorded sequence.
+//! - **Parallel map.** A batch's documents are mapped in as many chunks as
+//!   the JavaScript engine has workers, concurrently.
+//! - Design documents are indexed only with the design document's
+//!   `options.include_design`; `_local` documents never (they have no
+//!   sequence).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use settee_core::collate::collate;
+use settee_db::json::{push_doc, Extras};
+use settee_db::{Database, GetOptions, IndexBatch, IndexSnapshot, IndexSpace, Reader};
+use settee_index::keycodec::encode_row_key;
+use settee_js::{JsEngine, ViewRows};
+
+use crate::blocks::Blocks;
+use crate::error::{Result, ViewError};
+use crate::layout::{self, BackEntry, IndexState, RowValue};
+use crate::spec::IndexSpec;
+
+/// Documents mapped per batch (and per atomic index write).
+pub const UPDATE_BATCH: usize = 2000;
+
+/// Documents per map call at least (smaller batches use fewer workers).
+const MAP_CHUNK_MIN: usize = 64;
+
+/// Progress of a running update, for `_active_tasks`.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub running: std::sync::atomic::AtomicBool,
+    pub changes_done: AtomicU64,
+    pub total_changes: AtomicU64,
+    pub started_s: AtomicU64,
+    pub updated_s: AtomicU64,
+}
+
+/// An index and its update lock. Shared (`Arc`) by every design document
+/// with its signature.
+pub struct Index {
+    pub spec: Arc<IndexSpec>,
+    space: IndexSpace,
+    /// The update lock, guarding the updater's copy of the blocks (read
+    /// on first use; dropped after a failure, to be read again).
+    update_lock: Mutex<Option<Blocks>>,
+    pub progress: Progress,
+    /// Queries waiting for an update to finish.
+    pub waiting: AtomicU64,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("ddoc", &self.spec.ddoc_id)
+            .field("signature", &self.spec.signature_hex())
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Index {
+    pub fn new(spec: Arc<IndexSpec>, space: IndexSpace) -> Index {
+        Index {
+            spec,
+            space,
+            update_lock: Mutex::new(None),
+            progress: Progress::default(),
+            waiting: AtomicU64::new(0),
+        }
+    }
+
+    pub fn space(&self) -> &IndexSpace {
+        &self.space
+    }
+
+    /// The index's state in a snapshot (an index never built has none).
+    pub fn state(&self, snap: &IndexSnapshot) -> Result<IndexState> {
+        let mut st = match snap.get(&layout::state_key(&self.spec.signature))? {
+            Some(b) => layout::decode::<IndexState>(&b, "index state")?,
+            None => IndexState::default(),
+        };
+        st.rows.resize(self.spec.views.len(), 0);
+        Ok(st)
+    }
+
+    /// Whether an update is running now.
+    pub fn updater_running(&self) -> bool {
+        self.progress.running.load(Ordering::Relaxed)
+    }
+
+    /// Brings the index up to the database's latest state (as of each
+    /// batch's snapshot). Blocking: runs JavaScript and reads storage.
+    pub fn update(&self, db: &Database, js: &JsEngine) -> Result<IndexState> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.update_lock.lock();
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        let p = &self.progress;
+        p.running.store(true, Ordering::Relaxed);
+        p.started_s.store(now_s(), Ordering::Relaxed);
+        p.changes_done.store(0, Ordering::Relaxed);
+        p.total_changes.store(0, Ordering::Relaxed);
+        let result = self.update_locked(db, js, &mut guard);
+        if result.is_err() {
+            *guard = None;
+        }
+        p.running.store(false, Ordering::Relaxed);
+        drop(guard);
+        result
+    }
+
+    fn update_locked(
+        &self,
+        db: &Database,
+        js: &JsEngine,
+        blocks: &mut Option<Blocks>,
+    ) -> Result<IndexState> {
+        let snap = self.space.snapshot()?;
+        let mut state = self.state(&snap)?;
+        if blocks.is_none() {
+            *blocks = Some(Blocks::load(&snap, &self.spec)?);
+        }
+        drop(snap);
+        let state = self.catch_up(db, js, &mut state, blocks)?;
+        if let Some(b) = blocks.as_mut() {
+            if b.needs_refresh() {
+                b.refresh(&self.space, &self.spec, js)?;
+            }
+        }
+        Ok(state)
+    }
+
+    /// Applies the database's changes (and purges) until the index has
+    /// caught up with it.
+    fn catch_up(
+        &self,
+        db: &Database,
+        js: &JsEngine,
+        state: &mut IndexState,
+        blocks: &mut Option<Blocks>,
+    ) -> Result<IndexState> {
+        let mut state = state.clone();
+        loop {
+            let reader = db.reader()?;
+            let dbs = reader.state()?;
+            let mut next = state.clone();
+            let mut ids: Vec<(String, bool)> = Vec::new();
+            if dbs.purge_seq > state.purge_seq {
+                match reader.purges_after(state.purge_seq)? {
+                    Some(purged) => ids.extend(purged.into_iter().map(|(_, id)| (id, false))),
+                    None => {
+                        self.reset()?;
+                        state = IndexState::default();
+                        state.rows.resize(self.spec.views.len(), 0);
+                        *blocks = Some(Blocks::load(&self.space.snapshot()?, &self.spec)?);
+                        continue;
+                    }
+                }
+                next.purge_seq = dbs.purge_seq;
+            }
+            if self.progress.total_changes.load(Ordering::Relaxed) == 0 {
+                let total = dbs.update_seq.saturating_sub(state.seq);
+                self.progress.total_changes.store(total, Ordering::Relaxed);
+            }
+            let mut taken = 0usize;
+            let mut last = state.seq;
+            reader.changes(state.seq, false, UPDATE_BATCH as u64, &mut |row| {
+                taken += 1;
+                last = row.seq;
+                let deleted = row.leaves.first().is_none_or(|l| l.1);
+                ids.push((row.id, deleted));
+                true
+            })?;
+            let caught_up = taken < UPDATE_BATCH;
+            next.seq = if caught_up { dbs.update_seq } else { last };
+            if ids.is_empty() && next == state {
+                return Ok(state);
+            }
+            let b = blocks
+                .as_mut()
+                .ok_or_else(|| ViewError::Corrupt("view blocks not loaded".into()))?;
+            self.apply(&reader, js, ids, &mut next, b)?;
+            state = next;
+            self.progress
+                .changes_done
+                .fetch_add(taken as u64, Ordering::Relaxed);
+            self.progress.updated_s.store(now_s(), Ordering::Relaxed);
+            if caught_up && dbs.purge_seq == state.purge_seq {
+                return Ok(state);
+            }
+        }
+    }
+
+    /// Drops every row, back entry and the state of the index.
+    fn reset(&self) -> Result<()> {
+        let (from, to) = layout::index_range(&self.spec.signature);
+        let mut batch = IndexBatch::new();
+        self.space.delete_range(&mut batch, &from, &to);
+        self.space.write(batch)?;
+        Ok(())
+    }
+
+    /// Re-indexes `ids` (with whether their winner is known deleted) as
+    /// `reader` sees them, and writes the rows with `next` as the state.
+    fn apply(
+        &self,
+        reader: &Reader,
+        js: &JsEngine,
+        mut ids: Vec<(String, bool)>,
+        next: &mut IndexState,
+        blocks: &mut Blocks,
+    ) -> Result<()> {
+        let spec = &self.spec;
+        ids.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ids.dedup_by(|a, b| a.0 == b.0);
+        ids.retain(|(id, _)| spec.include_design || !id.starts_with("_design/"));
+        // The documents to map: (position in ids, JSON).
+        let mut inputs: Vec<(usize, String)> = Vec::with_capacity(ids.len());
+        let opts = GetOptions {
+            conflicts: true,
+            ..GetOptions::default()
+        };
+        for (i, (id, deleted)) in ids.iter().enumerate() {
+            if *deleted {
+                continue;
+            }
+            match reader.get(id, &opts) {
+                Ok(d) if !d.deleted => {
+                    let mut json = String::with_capacity(d.body.len() + 64);
+                    push_doc(
+                        &mut json,
+                        &d,
+                        Extras {
+                            local_seq: spec.local_seq,
+                        },
+                    );
+                    inputs.push((i, json));
+                }
+                Ok(_) | Err(settee_db::Error::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mapped = map_parallel(js, spec, &inputs)?;
+        let mut new_rows: Vec<Vec<(u16, Vec<u8>, RowValue)>> = vec![Vec::new(); ids.len()];
+        for ((i, _), out) in inputs.iter().zip(mapped) {
+            let id = &ids[*i].0;
+            match out {
+                Ok(views) => new_rows[*i] = rows_of(spec, id, views),
+                Err(e) => {
+                    tracing::info!(ddoc = %spec.ddoc_id, doc = %id, error = %e, "map function failed for a document; it has no rows")
+                }
+            }
+        }
+        let back_keys: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|(id, _)| layout::back_key(&spec.signature, id))
+            .collect();
+        let refs: Vec<&[u8]> = back_keys.iter().map(Vec::as_slice).collect();
+        let old = self.space.multi_get(&refs)?;
+        let mut batch = IndexBatch::new();
+        for (((_, back_key), old), rows) in ids.iter().zip(&back_keys).zip(old).zip(new_rows) {
+            if let Some(bytes) = old {
+                for (view, key) in layout::decode::<BackEntry>(&bytes, "back entry")? {
+                    blocks.touch(view, &key, -1);
+                    let full = [layout::view_prefix(&spec.signature, view), key].concat();
+                    self.space.delete(&mut batch, &full);
+                    if let Some(n) = next.rows.get_mut(usize::from(view)) {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+            }
+            if rows.is_empty() {
+                self.space.delete(&mut batch, back_key);
+                continue;
+            }
+            let mut back: BackEntry = Vec::with_capacity(rows.len());
+            for (view, key, value) in rows {
+                blocks.touch(view, &key, 1);
+                let full = [layout::view_prefix(&spec.signature, view), key.clone()].concat();
+                self.space.put(&mut batch, &full, &layout::encode(&value));
+                if let Some(n) = next.rows.get_mut(usize::from(view)) {
+                    *n += 1;
+                }
+                back.push((view, key));
+            }
+            self.space.put(&mut batch, back_key, &layout::encode(&back));
+        }
+        blocks.write_touched(&self.space, &mut batch);
+        self.space.put(
+            &mut batch,
+            &layout::state_key(&spec.signature),
+            &layout::encode(&*next),
+        );
+        self.space.write(batch)?;
+        Ok(())
+    }
+}
+
+/// Maps documents in as many concurrent chunks as the engine has workers.
+fn map_parallel(
+    js: &JsEngine,
+    spec: &IndexSpec,
+    inputs: &[(usize, String)],
+) -> Result<Vec<std::result::Result<Vec<ViewRows>, settee_js::JsError>>> {
+    if inputs.is_empty() || spec.views.is_empty() {
+        return Ok(inputs.iter().map(|_| Ok(Vec::new())).collect());
+    }
+    let names: Vec<&str> = spec.views.iter().map(|v| v.name.as_str()).collect();
+    let workers = js.config().workers.max(1);
+    let chunk = inputs.len().div_ceil(workers).max(MAP_CHUNK_MIN);
+    let docs: Vec<&str> = inputs.iter().map(|(_, j)| j.as_str()).collect();
+    let parts: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = docs
+            .chunks(chunk)
+            .map(|c| s.spawn(|| js.map_docs(&spec.js, &names, c)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(settee_js::JsError::InvalidInput {
+                        reason: "map worker panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(inputs.len());
+    for part in parts {
+        let part = part.map_err(ViewError::Js)?;
+        for (line, _) in part.logs.iter().zip(0..) {
+            tracing::info!(ddoc = %spec.ddoc_id, "{line}");
+        }
+        out.extend(part.docs);
+    }
+    Ok(out)
+}
+
+/// A document's rows: (view number, row key with its DUP, value). Rows
+/// with equal row keys (one document emitting one key twice) are numbered
+/// in the order of their values, as CouchDB sorts them.
+fn rows_of(spec: &IndexSpec, id: &str, views: Vec<ViewRows>) -> Vec<(u16, Vec<u8>, RowValue)> {
+    let mut out = Vec::new();
+    for (view, rows) in views.into_iter().enumerate() {
+        let (Ok(number), Some(def)) = (u16::try_from(view), spec.views.get(view)) else {
+            break;
+        };
+        let mut keyed: Vec<(Vec<u8>, Value, Value)> = rows
+            .into_iter()
+            .map(|(key, value)| (encode_row_key(&key, id, def.collation), key, value))
+            .collect();
+        keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| collate(&a.2, &b.2)));
+        let mut dup = 0u16;
+        for i in 0..keyed.len() {
+            dup = if i > 0 && keyed[i - 1].0 == keyed[i].0 {
+                dup.saturating_add(1)
+            } else {
+                0
+            };
+            let (rk, key, value) = &keyed[i];
+            out.push((
+                number,
+                layout::with_dup(rk, dup),
+                RowValue {
+                    id: id.to_string(),
+                    key: json_text(key),
+                    value: json_text(value),
+                },
+            ));
+        }
+    }
+    out
+}
+
+fn json_text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}

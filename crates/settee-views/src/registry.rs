@@ -1,0 +1,273 @@
+//! The server's views: which index serves a design document, and the
+//! operations on views by name (query, info, cleanup).
+//!
+//! Invariants:
+//! - One [`Index`] per (database incarnation, signature): design documents
+//!   with equal signatures share it, and a database deleted and created
+//!   again never meets its predecessor's indexes (its incarnation differs,
+//!   and so does its index space).
+//! - A design document is parsed once per revision ([`IndexSpec`] cached
+//!   by database, id and revision); every query still reads the design
+//!   document's current revision, so an edit takes effect at once.
+//! - Caches are bounded ([`CACHE_MAX`] entries each; past it they are
+//!   emptied and refilled on demand).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use settee_db::json::{push_doc, Extras};
+use settee_db::{Database, GetOptions, IndexBatch};
+use settee_js::JsEngine;
+
+use crate::args::{Update, ViewArgs, ViewKind};
+use crate::error::{Result, ViewError};
+use crate::index::Index;
+use crate::layout;
+use crate::query::{Out, Query};
+use crate::spec::IndexSpec;
+
+/// Most entries of each cache.
+pub const CACHE_MAX: usize = 4096;
+
+/// A database incarnation: its name and creation time.
+type DbKey = (String, u64);
+
+fn db_key(db: &Database) -> DbKey {
+    (db.name().to_string(), db.created_us())
+}
+
+/// Parsed design documents: (database, id) → (revision, spec).
+type SpecCache = HashMap<(DbKey, String), (String, Arc<IndexSpec>)>;
+
+/// Indexes in use: (database, signature) → index.
+type IndexCache = HashMap<(DbKey, [u8; 16]), Arc<Index>>;
+
+/// The server's views.
+pub struct Views {
+    js: Arc<JsEngine>,
+    specs: Mutex<SpecCache>,
+    indexes: Mutex<IndexCache>,
+}
+
+impl std::fmt::Debug for Views {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Views")
+            .field("indexes", &self.indexes.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Views {
+    pub fn new(js: Arc<JsEngine>) -> Views {
+        Views {
+            js,
+            specs: Mutex::new(HashMap::new()),
+            indexes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn js(&self) -> &JsEngine {
+        &self.js
+    }
+
+    /// The index spec of a design document's current revision.
+    pub fn spec(&self, db: &Database, ddoc_id: &str) -> Result<Arc<IndexSpec>> {
+        let reader = db.latest_reader()?;
+        let doc = reader
+            .get(ddoc_id, &GetOptions::default())
+            .map_err(|e| match e {
+                settee_db::Error::NotFound(r) => ViewError::NotFound(r.to_string()),
+                e => e.into(),
+            })?;
+        let rev = doc.rev.to_string();
+        let key = (db_key(db), ddoc_id.to_string());
+        if let Some((cached_rev, spec)) = self.specs.lock().get(&key) {
+            if *cached_rev == rev {
+                return Ok(Arc::clone(spec));
+            }
+        }
+        let mut text = String::new();
+        push_doc(&mut text, &doc, Extras::default());
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| ViewError::Corrupt(format!("design document: {e}")))?;
+        let spec = Arc::new(IndexSpec::from_ddoc(&value)?);
+        let mut specs = self.specs.lock();
+        if specs.len() >= CACHE_MAX {
+            specs.clear();
+        }
+        specs.insert(key, (rev, Arc::clone(&spec)));
+        Ok(spec)
+    }
+
+    /// The index of a spec in a database (made on first use).
+    pub fn index(&self, db: &Database, spec: Arc<IndexSpec>) -> Arc<Index> {
+        let key = (db_key(db), spec.signature);
+        let mut indexes = self.indexes.lock();
+        if let Some(i) = indexes.get(&key) {
+            return Arc::clone(i);
+        }
+        if indexes.len() >= CACHE_MAX {
+            // Only unused ones go: an index in use keeps its update lock.
+            indexes.retain(|_, i| Arc::strong_count(i) > 1);
+        }
+        let i = Arc::new(Index::new(spec, db.index_space()));
+        indexes.insert(key, Arc::clone(&i));
+        i
+    }
+
+    /// Answers a view query (blocking: may build the index first).
+    pub fn query(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        view: &str,
+        args: &ViewArgs,
+        out: &mut dyn Out,
+    ) -> Result<()> {
+        let spec = self.spec(db, ddoc_id)?;
+        let view_no = spec
+            .view_number(view)
+            .ok_or_else(|| ViewError::NotFound("missing_named_view".into()))?;
+        let kind = match spec.views[usize::from(view_no)].reduce {
+            Some(_) => ViewKind::Reduce,
+            None => ViewKind::Map,
+        };
+        args.validate(kind)?;
+        let index = self.index(db, spec);
+        if args.update == Update::True {
+            index.update(db, &self.js)?;
+        }
+        let snap = index.space().snapshot()?;
+        let state = index.state(&snap)?;
+        let docs = db.reader()?;
+        Query {
+            index: &index,
+            view: view_no,
+            args,
+            snap: &snap,
+            state: &state,
+            docs: &docs,
+            js: &self.js,
+        }
+        .run(out)?;
+        if args.update == Update::Lazy {
+            let (db, js) = (db.clone(), Arc::clone(&self.js));
+            std::thread::spawn(move || {
+                if let Err(e) = index.update(&db, &js) {
+                    tracing::warn!(db = %db.name(), error = %e, "lazy view update failed");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Brings a design document's index up to date.
+    pub fn update(&self, db: &Database, ddoc_id: &str) -> Result<()> {
+        let spec = self.spec(db, ddoc_id)?;
+        self.index(db, spec).update(db, &self.js)?;
+        Ok(())
+    }
+
+    /// `GET /db/_design/ddoc/_info`.
+    pub fn info(&self, db: &Database, ddoc_id: &str) -> Result<Value> {
+        let spec = self.spec(db, ddoc_id)?;
+        let index = self.index(db, Arc::clone(&spec));
+        let snap = index.space().snapshot()?;
+        let state = index.state(&snap)?;
+        let pending = db.update_seq().saturating_sub(state.seq);
+        Ok(json!({
+            "name": spec.ddoc_name(),
+            "view_index": {
+                "updates_pending": {"minimum": pending, "preferred": pending, "total": pending},
+                "waiting_commit": false,
+                "waiting_clients": index.waiting.load(std::sync::atomic::Ordering::Relaxed),
+                "updater_running": index.updater_running(),
+                "update_seq": state.seq,
+                "sizes": {"file": 0, "external": 0, "active": 0},
+                "signature": spec.signature_hex(),
+                "purge_seq": state.purge_seq,
+                "language": spec.language,
+                "compact_running": false,
+                "collator_versions": [settee_core::collate::COLLATOR_VERSION],
+            }
+        }))
+    }
+
+    /// `POST /db/_view_cleanup`: drops the indexes no current design
+    /// document of the database uses.
+    pub fn cleanup(&self, db: &Database) -> Result<()> {
+        let reader = db.reader()?;
+        let mut keep: Vec<[u8; 16]> = Vec::new();
+        let range = settee_db::IdRange {
+            start: Some("_design/".into()),
+            end: Some("_design0".into()),
+            inclusive_end: false,
+            ..settee_db::IdRange::default()
+        };
+        let mut ids = Vec::new();
+        reader.all_docs(&range, false, false, &mut |row| {
+            ids.push(row.id);
+            true
+        })?;
+        for id in ids {
+            if let Ok(spec) = self.spec(db, &id) {
+                keep.push(spec.signature);
+            }
+        }
+        // Every signature with data in the index space.
+        let snap = db.index_space().snapshot()?;
+        let mut found: Vec<[u8; 16]> = Vec::new();
+        let mut from: Vec<u8> = Vec::new();
+        loop {
+            let mut next = None;
+            snap.scan(&from, None, false, &mut |k, _| {
+                if k.len() >= 16 {
+                    let mut sig = [0u8; 16];
+                    sig.copy_from_slice(&k[..16]);
+                    next = Some(sig);
+                }
+                Ok(false)
+            })?;
+            let Some(sig) = next else { break };
+            found.push(sig);
+            from = layout::index_range(&sig).1;
+        }
+        let mut batch = IndexBatch::new();
+        let space = db.index_space();
+        let key = db_key(db);
+        for sig in found.into_iter().filter(|s| !keep.contains(s)) {
+            let (lo, hi) = layout::index_range(&sig);
+            space.delete_range(&mut batch, &lo, &hi);
+            self.indexes.lock().remove(&(key.clone(), sig));
+        }
+        space.write(batch)?;
+        Ok(())
+    }
+
+    /// The indexes being updated now, for `_active_tasks`: (database,
+    /// design document, changes done, total changes, started, updated).
+    pub fn active(&self) -> Vec<Value> {
+        self.indexes
+            .lock()
+            .iter()
+            .filter(|(_, i)| i.updater_running())
+            .map(|((db, _), i)| {
+                let p = &i.progress;
+                let done = p.changes_done.load(std::sync::atomic::Ordering::Relaxed);
+                let total = p.total_changes.load(std::sync::atomic::Ordering::Relaxed);
+                json!({
+                    "type": "indexer",
+                    "database": db.0,
+                    "design_document": i.spec.ddoc_id,
+                    "changes_done": done,
+                    "total_changes": total,
+                    "progress": (done * 100).checked_div(total).unwrap_or(0).min(100),
+                    "started_on": p.started_s.load(std::sync::atomic::Ordering::Relaxed),
+                    "updated_on": p.updated_s.load(std::sync::atomic::Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
+}
