@@ -121,6 +121,11 @@ impl AppState {
                 u
             }
         };
+        let views = settee_views::Views::new(Arc::clone(&js));
+        // Indexes in use catch up in the background a second after writes.
+        if let Err(e) = views.start_auto_update(engine.clone(), std::time::Duration::from_secs(1)) {
+            tracing::warn!(error = %e, "cannot start background view updates");
+        }
         Ok(Arc::new(AppState {
             engine,
             auth: Auth::new(config.clone()),
@@ -132,7 +137,7 @@ impl AppState {
             compactions: Mutex::new(BTreeSet::new()),
             closing: tokio::sync::watch::channel(false).0,
             idle_poll,
-            views: settee_views::Views::new(Arc::clone(&js)),
+            views,
             design: Design::new(Arc::clone(&js), DesignConfig::default()),
             js,
         }))

@@ -332,6 +332,19 @@ pub(crate) fn overlapping(
     Ok(out)
 }
 
+/// A block record's row count alone: the record's first field, a postcard
+/// varint (no decoding of the partial behind it).
+fn block_rows(v: &[u8]) -> Option<u64> {
+    let mut n = 0u64;
+    for (i, b) in v.iter().take(10).enumerate() {
+        n |= u64::from(b & 0x7F) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some(n);
+        }
+    }
+    None
+}
+
 /// The rows of `view` below `key` (after the view prefix), from the block
 /// counts and one block's rows.
 pub(crate) fn rows_below(
@@ -345,12 +358,12 @@ pub(crate) fn rows_below(
     let mut below = 0u64;
     let mut last: Option<(Vec<u8>, u64)> = None;
     snap.scan(&prefix, Some(&to), false, &mut |k, v| {
-        let rec: BlockRec = layout::decode(v, "view block")
-            .map_err(|e| settee_db::Error::Corrupt(e.to_string()))?;
+        let rows =
+            block_rows(v).ok_or_else(|| settee_db::Error::Corrupt("view block count".into()))?;
         if let Some((_, rows)) = &last {
             below += rows;
         }
-        last = Some((k[prefix.len()..].to_vec(), rec.rows));
+        last = Some((k[prefix.len()..].to_vec(), rows));
         Ok(true)
     })?;
     let Some((boundary, _)) = last else {
@@ -365,4 +378,21 @@ pub(crate) fn rows_below(
         Ok(true)
     })?;
     Ok(below + within)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_rows_reads_the_count_without_decoding_the_rest() {
+        for rows in [0u64, 1, 127, 128, 300, u64::MAX] {
+            let rec = BlockRec {
+                rows,
+                partial: Some(vec![1, 2, 3]),
+            };
+            assert_eq!(block_rows(&layout::encode(&rec)), Some(rows));
+        }
+        assert_eq!(block_rows(&[0x80]), None);
+    }
 }

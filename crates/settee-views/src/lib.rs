@@ -11,7 +11,8 @@
 //! - [`args`]: a query's arguments, parsed and checked as CouchDB does
 //!   (shared with `_all_docs`);
 //! - [`query`]: answering a query from an index snapshot, streamed;
-//! - [`registry`]: the server's views by database and design document.
+//! - [`registry`]: the server's views by database and design document;
+//!   `auto`: background updates of the indexes in use after writes.
 //!
 //! **Architecture invariants:** this crate knows neither the storage engine
 //! (it writes through `settee_db::IndexSpace`) nor the JavaScript engine
@@ -19,6 +20,7 @@
 //! and reduced by `settee_index::reduce` or JavaScript.
 
 pub mod args;
+mod auto;
 pub mod blocks;
 pub mod error;
 pub mod index;

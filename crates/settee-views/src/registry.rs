@@ -14,11 +14,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use settee_db::json::{push_doc, Extras};
-use settee_db::{Database, GetOptions, IndexBatch};
+use settee_db::{Database, Engine, GetOptions, IndexBatch};
 use settee_js::JsEngine;
 
 use crate::args::{Update, ViewArgs, ViewKind};
@@ -42,13 +43,13 @@ fn db_key(db: &Database) -> DbKey {
 type SpecCache = HashMap<(DbKey, String), (String, Arc<IndexSpec>)>;
 
 /// Indexes in use: (database, signature) → index.
-type IndexCache = HashMap<(DbKey, [u8; 16]), Arc<Index>>;
+pub(crate) type IndexCache = HashMap<(DbKey, [u8; 16]), Arc<Index>>;
 
 /// The server's views.
 pub struct Views {
     js: Arc<JsEngine>,
     specs: Mutex<SpecCache>,
-    indexes: Mutex<IndexCache>,
+    indexes: Arc<Mutex<IndexCache>>,
 }
 
 impl std::fmt::Debug for Views {
@@ -64,12 +65,23 @@ impl Views {
         Views {
             js,
             specs: Mutex::new(HashMap::new()),
-            indexes: Mutex::new(HashMap::new()),
+            indexes: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
     pub fn js(&self) -> &JsEngine {
         &self.js
+    }
+
+    /// Starts background updates of the indexes in use (see
+    /// [`crate::auto`]), looking every `interval`.
+    pub fn start_auto_update(&self, engine: Engine, interval: Duration) -> std::io::Result<()> {
+        crate::auto::spawn(
+            Arc::downgrade(&self.indexes),
+            engine,
+            Arc::clone(&self.js),
+            interval,
+        )
     }
 
     /// The index spec of a design document's current revision.

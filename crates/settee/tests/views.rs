@@ -392,3 +392,22 @@ fn basic() -> String {
         common::base64_lite::encode(format!("{}:{}", common::ADMIN.0, common::ADMIN.1).as_bytes())
     )
 }
+
+#[test]
+fn indexes_in_use_catch_up_in_the_background() {
+    let s = shared();
+    setup(s, "v_auto", 5);
+    assert_eq!(get(s, "/v_auto/_design/d/_view/by_n")["total_rows"], 5);
+    bulk(s, "v_auto", vec![json!({"_id": "late", "n": 99})]);
+    // No query asks for an update: the background updater brings the
+    // index up to date within a few seconds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = get(s, "/v_auto/_design/d/_view/by_n?update=false");
+        if v["total_rows"] == 6 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not updated: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
