@@ -125,6 +125,14 @@ impl IndexSpace {
             .delete_range(Keyspace::Views, full_key(db, from), full_key(db, to));
     }
 
+    /// Moves what was written from memory into files. Readers scanning
+    /// keys rewritten many times (an index's block records during a build)
+    /// otherwise step over every old version still in the in-memory table.
+    pub fn flush_memory(&self) -> Result<()> {
+        self.check()?;
+        self.shared.poison.guard(self.shared.store.flush_memory())
+    }
+
     /// Writes a batch atomically, without fsync (see the module doc).
     pub fn write(&self, batch: IndexBatch) -> Result<()> {
         self.check()?;

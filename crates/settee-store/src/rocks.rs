@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction,
-    IteratorMode, Options, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
+    ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
 };
 
 use crate::preformat::{self, Preformat};
@@ -255,24 +255,37 @@ fn to_rocks_batch(db: &DB, batch: &Batch) -> WriteBatch {
     wb
 }
 
-fn scan_iter<'a, I>(
-    iter: I,
+/// Visits a raw iterator's entries (bounded by its read options) in
+/// order: each key and value is borrowed from the iterator, not copied.
+fn scan_raw<D: rocksdb::DBAccess>(
+    mut iter: rocksdb::DBRawIteratorWithThreadMode<'_, D>,
     from: &[u8],
-    to: &[u8],
     reverse: bool,
     visit: &mut ScanFn<'_>,
-) -> Result<()>
-where
-    I: Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a,
-{
-    for item in iter {
-        let (k, v) = item.map_err(io)?;
-        let inside = if reverse { &*k >= from } else { &*k < to };
-        if !inside || !visit(&k, &v) {
+) -> Result<()> {
+    if reverse {
+        // The upper bound in the read options makes this land below `to`.
+        iter.seek_to_last();
+    } else {
+        iter.seek(from);
+    }
+    while iter.valid() {
+        let (Some(k), Some(v)) = (iter.key(), iter.value()) else {
+            break;
+        };
+        if reverse && k < from {
             break;
         }
+        if !visit(k, v) {
+            return Ok(());
+        }
+        if reverse {
+            iter.prev();
+        } else {
+            iter.next();
+        }
     }
-    Ok(())
+    iter.status().map_err(io)
 }
 
 fn bounded_read_options(from: &[u8], to: &[u8]) -> ReadOptions {
@@ -280,16 +293,6 @@ fn bounded_read_options(from: &[u8], to: &[u8]) -> ReadOptions {
     ro.set_iterate_lower_bound(from.to_vec());
     ro.set_iterate_upper_bound(to.to_vec());
     ro
-}
-
-fn mode<'k>(from: &'k [u8], to: &'k [u8], reverse: bool) -> IteratorMode<'k> {
-    if reverse {
-        // The upper bound in the read options makes End land below `to`.
-        let _ = to;
-        IteratorMode::End
-    } else {
-        IteratorMode::From(from, Direction::Forward)
-    }
 }
 
 /// A read view that owns its database handle: a snapshot, or (without one)
@@ -340,17 +343,12 @@ impl Snapshot for RocksView {
         if from >= to {
             return Ok(());
         }
-        let (cf, opts, mode) = (
-            cf_handle(&self.db, ks),
-            bounded_read_options(from, to),
-            mode(from, to, reverse),
-        );
+        let (cf, opts) = (cf_handle(&self.db, ks), bounded_read_options(from, to));
         // Without a snapshot the iterator still reads one implicit snapshot.
-        let iter = match &self.snap {
-            Some(snap) => snap.iterator_cf_opt(cf, opts, mode),
-            None => self.db.iterator_cf_opt(cf, opts, mode),
-        };
-        scan_iter(iter, from, to, reverse, visit)
+        match &self.snap {
+            Some(snap) => scan_raw(snap.raw_iterator_cf_opt(cf, opts), from, reverse, visit),
+            None => scan_raw(self.db.raw_iterator_cf_opt(cf, opts), from, reverse, visit),
+        }
     }
 }
 
@@ -580,8 +578,11 @@ mod tests {
             assert_eq!(s.get(Keyspace::Docs, k).unwrap(), Some(b"v".to_vec()));
         }
         let mut private = 0;
-        s.db.iterator_cf(s.db.cf_handle(preformat::CF).unwrap(), IteratorMode::Start)
-            .for_each(|_| private += 1);
+        s.db.iterator_cf(
+            s.db.cf_handle(preformat::CF).unwrap(),
+            rocksdb::IteratorMode::Start,
+        )
+        .for_each(|_| private += 1);
         assert_eq!(private, 0, "the marker is deleted again");
     }
 

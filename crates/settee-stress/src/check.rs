@@ -65,9 +65,9 @@ pub fn runs_design_functions(head: &[u8]) -> bool {
     let line = String::from_utf8_lossy(&head[..line_end]);
     line.contains("/_design/")
         || line.contains("filter=")
-        || line.contains("-js/")
-        || line.contains("-js ")
+        || ["-js/", "-js ", "-js?"].iter().any(|m| line.contains(m))
 }
+
 /// Most bytes a gzip response body may inflate to before it is judged.
 const INFLATE_MAX: u64 = 256 << 20;
 
@@ -209,6 +209,16 @@ pub fn preview(bytes: &[u8], max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn design_function_requests_are_recognised() {
+        assert!(runs_design_functions(
+            b"GET /db/_design/d/_view/v HTTP/1.1\r\n"
+        ));
+        assert!(runs_design_functions(b"POST /stress-1-js?x=1 HTTP/1.1\r\n"));
+        assert!(runs_design_functions(b"PUT /stress-1-js/d1 HTTP/1.1\r\n"));
+        assert!(!runs_design_functions(b"PUT /stress-1-0/d1 HTTP/1.1\r\n"));
+    }
 
     fn resp(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
         Response {

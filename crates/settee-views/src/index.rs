@@ -40,6 +40,10 @@ use crate::spec::IndexSpec;
 /// Documents mapped per batch (and per atomic index write).
 pub const UPDATE_BATCH: usize = 2000;
 
+/// Changes after which an update moves the written data out of memory
+/// (see [`Index::update`]).
+const FLUSH_AFTER_CHANGES: u64 = 4 * UPDATE_BATCH as u64;
+
 /// Documents per map call at least (smaller batches use fewer workers).
 const MAP_CHUNK_MIN: usize = 64;
 
@@ -143,11 +147,17 @@ impl Index {
             *blocks = Some(Blocks::load(&snap, &self.spec)?);
         }
         drop(snap);
+        let before = state.seq;
         let state = self.catch_up(db, js, &mut state, blocks)?;
         if let Some(b) = blocks.as_mut() {
             if b.needs_refresh() {
                 b.refresh(&self.space, &self.spec, js)?;
             }
+        }
+        // A long update rewrote block records batch after batch: queries
+        // would step over every old version left in the in-memory table.
+        if state.seq.saturating_sub(before) >= FLUSH_AFTER_CHANGES {
+            self.space.flush_memory()?;
         }
         Ok(state)
     }
