@@ -231,7 +231,11 @@ impl Engine {
         // The range deletions sit in the in-memory table, where they turn
         // off its bloom filter for every later lookup of every database;
         // flushed to a file they only cost lookups in the deleted range.
-        self.inner.poison.guard(self.inner.store.flush_memory())?;
+        // Only an optimisation: a flush refused now (RocksDB refuses while
+        // writes are stalled) loses nothing and must not poison the engine.
+        if let Err(e) = self.inner.store.flush_memory() {
+            tracing::warn!(error = %e, "flush after deleting a database not done");
+        }
         Ok(())
     }
 

@@ -157,7 +157,7 @@ impl Index {
         // A long update rewrote block records batch after batch: queries
         // would step over every old version left in the in-memory table.
         if state.seq.saturating_sub(before) >= FLUSH_AFTER_CHANGES {
-            self.space.flush_memory()?;
+            self.space.flush_memory();
         }
         Ok(state)
     }
