@@ -39,8 +39,6 @@ pub const BLOCK: u64 = 128;
 /// Rows past which a block is cut.
 pub const BLOCK_MAX: u64 = 2 * BLOCK;
 
-const TAG_BLOCK: u8 = 3;
-
 /// A block's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRec {
@@ -53,7 +51,7 @@ pub struct BlockRec {
 pub fn block_prefix(sig: &[u8; 16], view: u16) -> Vec<u8> {
     let mut k = Vec::with_capacity(19);
     k.extend_from_slice(sig);
-    k.push(TAG_BLOCK);
+    k.push(layout::TAG_BLOCK);
     k.extend_from_slice(&view.to_be_bytes());
     k
 }

@@ -8,6 +8,7 @@
 //! | `SIG 00` | [`IndexState`]: the sequences indexed through, rows per view |
 //! | `SIG 01 DOCID` | [`BackEntry`]: the row keys the document's rows sit under |
 //! | `SIG 02 VIEW(2, BE) ROWKEY DUP(2, BE)` | [`RowValue`]: doc id, key and value JSON |
+//! | `SIG 03 VIEW(2, BE) BOUNDARY` | `crate::blocks::BlockRec`: a block of rows' count and partial reduction |
 //!
 //! `ROWKEY` is `settee_index::keycodec::encode_row_key` of the row's key
 //! and doc id under the index's collation, so one view's rows sort in
@@ -19,12 +20,14 @@
 //! sequence through which every document's rows are current.
 
 use serde::{Deserialize, Serialize};
+use settee_index::keycodec::prefix_successor;
 
 use crate::error::{Result, ViewError};
 
 const TAG_STATE: u8 = 0;
 const TAG_BACK: u8 = 1;
 const TAG_ROW: u8 = 2;
+pub(crate) const TAG_BLOCK: u8 = 3;
 
 /// An index's progress and counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,18 +72,10 @@ pub fn view_prefix(sig: &[u8; 16], view: u16) -> Vec<u8> {
 
 /// `[from, to)` of every key of the index.
 pub fn index_range(sig: &[u8; 16]) -> (Vec<u8>, Vec<u8>) {
-    let from = sig.to_vec();
-    let mut to = sig.to_vec();
-    // The successor of the signature (all-0xFF signatures have none; their
-    // range ends at the tag past the last).
-    match to.iter().rposition(|&b| b != 0xFF) {
-        Some(i) => {
-            to.truncate(i + 1);
-            to[i] += 1;
-        }
-        None => to.push(TAG_ROW + 1),
-    }
-    (from, to)
+    // The signature's successor; an all-0xFF signature has none, and its
+    // keys end below the tag past the last.
+    let to = prefix_successor(sig).unwrap_or_else(|| [&sig[..], &[TAG_BLOCK + 1]].concat());
+    (sig.to_vec(), to)
 }
 
 /// A row key with its `DUP` number appended.
@@ -123,6 +118,8 @@ mod tests {
         }
         let (lo, hi) = index_range(&[0xFF; 16]);
         assert!(lo < view_prefix(&[0xFF; 16], 9) && view_prefix(&[0xFF; 16], 9) < hi);
+        let block = crate::blocks::block_prefix(&[0xFF; 16], u16::MAX);
+        assert!(lo < block && [&block[..], &[0xFF; 8]].concat() < hi);
         assert_eq!(strip_dup(&with_dup(b"abc", 5)), b"abc");
     }
 

@@ -129,6 +129,17 @@ impl Query<'_> {
         layout::view_prefix(&self.index.spec.signature, self.view)
     }
 
+    /// The storage bounds of the view's rows in `[lo, hi)` (row keys after
+    /// the view prefix; `hi = None`: to the end of the view).
+    fn span(&self, lo: &[u8], hi: Option<&[u8]>) -> (Vec<u8>, Vec<u8>) {
+        let prefix = self.prefix();
+        let to = match hi {
+            Some(h) => [&prefix[..], h].concat(),
+            None => prefix_successor(&prefix).unwrap_or_default(),
+        };
+        ([&prefix[..], lo].concat(), to)
+    }
+
     /// Scans the rows of a byte range of the view in the query's
     /// direction: `(row key without DUP, value)`.
     fn scan(
@@ -136,16 +147,15 @@ impl Query<'_> {
         range: &ByteRange,
         visit: &mut dyn FnMut(&[u8], RowValue) -> Result<bool>,
     ) -> Result<()> {
-        let prefix = self.prefix();
-        let from = [&prefix[..], range.lower.as_deref().unwrap_or(&[])].concat();
-        let to = match &range.upper {
-            Some(u) => [&prefix[..], u].concat(),
-            None => prefix_successor(&prefix).unwrap_or_default(),
-        };
+        let prefix_len = self.prefix().len();
+        let (from, to) = self.span(
+            range.lower.as_deref().unwrap_or(&[]),
+            range.upper.as_deref(),
+        );
         let mut failure = None;
         self.snap
             .scan(&from, Some(&to), self.args.descending, &mut |k, v| {
-                let rest = &k[prefix.len()..];
+                let rest = &k[prefix_len..];
                 let row = match layout::decode::<RowValue>(v, "view row") {
                     Ok(r) => r,
                     Err(e) => {
@@ -393,12 +403,7 @@ impl Query<'_> {
 
     /// The key of the first row in `[lo, hi)` (the last with `last`).
     fn first_row(&self, lo: &[u8], hi: Option<&[u8]>, last: bool) -> Result<Option<Value>> {
-        let prefix = self.prefix();
-        let from = [&prefix[..], lo].concat();
-        let to = match hi {
-            Some(h) => [&prefix[..], h].concat(),
-            None => prefix_successor(&prefix).unwrap_or_default(),
-        };
+        let (from, to) = self.span(lo, hi);
         let mut found = None;
         let mut failure = None;
         self.snap.scan(&from, Some(&to), last, &mut |_, v| {
@@ -461,12 +466,7 @@ impl Query<'_> {
         hi: Option<&[u8]>,
         out: &mut Vec<Partial>,
     ) -> Result<()> {
-        let prefix = self.prefix();
-        let from = [&prefix[..], lo].concat();
-        let to = match hi {
-            Some(h) => [&prefix[..], h].concat(),
-            None => prefix_successor(&prefix).unwrap_or_default(),
-        };
+        let (from, to) = self.span(lo, hi);
         let mut buf = Vec::new();
         let mut failure = None;
         self.snap.scan(&from, Some(&to), false, &mut |_, v| {
