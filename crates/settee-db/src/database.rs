@@ -747,6 +747,12 @@ impl Database {
         self.shared.state.lock().update_seq
     }
 
+    /// The latest committed update and purge sequences.
+    pub fn seqs(&self) -> (u64, u64) {
+        let s = self.shared.state.lock();
+        (s.update_seq, s.purge_seq)
+    }
+
     /// A watch on the committed update sequence (for longpoll/continuous feeds).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.shared.seq_watch.subscribe()

@@ -56,7 +56,7 @@ pub fn block_prefix(sig: &[u8; 16], view: u16) -> Vec<u8> {
     k
 }
 
-fn successor(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn successor(prefix: &[u8]) -> Vec<u8> {
     settee_index::keycodec::prefix_successor(prefix).unwrap_or_default()
 }
 
@@ -332,7 +332,7 @@ pub(crate) fn overlapping(
 
 /// A block record's row count alone: the record's first field, a postcard
 /// varint (no decoding of the partial behind it).
-fn block_rows(v: &[u8]) -> Option<u64> {
+pub(crate) fn block_rows(v: &[u8]) -> Option<u64> {
     let mut n = 0u64;
     for (i, b) in v.iter().take(10).enumerate() {
         n |= u64::from(b & 0x7F) << (7 * i);

@@ -35,6 +35,7 @@ use settee_js::{JsEngine, ViewRows};
 use crate::blocks::Blocks;
 use crate::error::{Result, ViewError};
 use crate::layout::{self, BackEntry, IndexState, RowValue};
+use crate::offsets::Offsets;
 use crate::spec::IndexSpec;
 
 /// Documents mapped per batch (and per atomic index write).
@@ -68,6 +69,8 @@ pub struct Index {
     pub progress: Progress,
     /// Queries waiting for an update to finish.
     pub waiting: AtomicU64,
+    /// Block counts cached for `offset`.
+    pub(crate) offsets: Offsets,
 }
 
 impl std::fmt::Debug for Index {
@@ -93,6 +96,7 @@ impl Index {
             update_lock: Mutex::new(None),
             progress: Progress::default(),
             waiting: AtomicU64::new(0),
+            offsets: Offsets::default(),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod blocks;
 pub mod error;
 pub mod index;
 pub mod layout;
+mod offsets;
 pub mod query;
 mod reducer;
 pub mod registry;

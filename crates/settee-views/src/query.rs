@@ -186,14 +186,19 @@ impl Query<'_> {
             return Ok(0);
         };
         let sig = &self.index.spec.signature;
+        let below = |key: &[u8]| {
+            self.index
+                .offsets
+                .rows_below(self.snap, self.state, sig, self.view, key)
+        };
         let n = if self.args.descending {
             match &first.upper {
-                Some(u) => total.saturating_sub(blocks::rows_below(self.snap, sig, self.view, u)?),
+                Some(u) => total.saturating_sub(below(u)?),
                 None => 0,
             }
         } else {
             match &first.lower {
-                Some(l) => blocks::rows_below(self.snap, sig, self.view, l)?,
+                Some(l) => below(l)?,
                 None => 0,
             }
         };

@@ -19,18 +19,24 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use settee_db::json::{push_doc, Extras};
-use settee_db::{Database, Engine, GetOptions, IndexBatch};
+use settee_db::{Database, Engine, GetOptions, IndexBatch, IndexSnapshot};
 use settee_js::JsEngine;
 
 use crate::args::{Update, ViewArgs, ViewKind};
 use crate::error::{Result, ViewError};
 use crate::index::Index;
-use crate::layout;
+use crate::layout::{self, IndexState};
 use crate::query::{Out, Query};
 use crate::spec::IndexSpec;
 
 /// Most entries of each cache.
 pub const CACHE_MAX: usize = 4096;
+
+/// Most rows a quick query may skip ([`Views::query_quick`]).
+const QUICK_SKIP_MAX: u64 = 1000;
+
+/// Most keys a quick query may look up.
+const QUICK_KEYS_MAX: usize = 64;
 
 /// A database incarnation: its name and creation time.
 type DbKey = (String, u64);
@@ -138,28 +144,91 @@ impl Views {
         args: &ViewArgs,
         out: &mut dyn Out,
     ) -> Result<()> {
-        let spec = self.spec(db, ddoc_id)?;
-        let view_no = spec
-            .view_number(view)
-            .ok_or_else(|| ViewError::NotFound("missing_named_view".into()))?;
-        let kind = match spec.views[usize::from(view_no)].reduce {
-            Some(_) => ViewKind::Reduce,
-            None => ViewKind::Map,
-        };
-        args.validate(kind)?;
-        let index = self.index(db, spec);
+        let (index, view_no) = self.resolve(db, ddoc_id, view, args)?;
         if args.update == Update::True {
             index.update(db, &self.js)?;
         }
         let snap = index.space().snapshot()?;
         let state = index.state(&snap)?;
+        self.answer(db, index, view_no, args, &snap, &state, out)
+    }
+
+    /// Answers a view query only if that is quick — a map query (no
+    /// reduce, no JavaScript) with a bounded `skip` and number of `keys`,
+    /// on an index that needs no update or lazy one — and says whether it
+    /// did. When it does not, nothing is written to `out` and the caller
+    /// asks [`Views::query`] on a thread that may block. Its output is not
+    /// bounded: the caller stops it through `out` past a size.
+    pub fn query_quick(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        view: &str,
+        args: &ViewArgs,
+        out: &mut dyn Out,
+    ) -> Result<bool> {
+        let (index, view_no) = self.resolve(db, ddoc_id, view, args)?;
+        let kind = self.kind(&index, view_no);
+        if args.reduces(kind)
+            || args.skip > QUICK_SKIP_MAX
+            || args.keys.as_ref().is_some_and(|k| k.len() > QUICK_KEYS_MAX)
+        {
+            return Ok(false);
+        }
+        let snap = index.space().snapshot()?;
+        let state = index.state(&snap)?;
+        if args.update == Update::True {
+            let (update_seq, purge_seq) = db.seqs();
+            if state.seq < update_seq || state.purge_seq < purge_seq || index.updater_running() {
+                return Ok(false);
+            }
+        }
+        self.answer(db, index, view_no, args, &snap, &state, out)?;
+        Ok(true)
+    }
+
+    /// The index and view number a query names, with its arguments checked.
+    fn resolve(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        view: &str,
+        args: &ViewArgs,
+    ) -> Result<(Arc<Index>, u16)> {
+        let spec = self.spec(db, ddoc_id)?;
+        let view_no = spec
+            .view_number(view)
+            .ok_or_else(|| ViewError::NotFound("missing_named_view".into()))?;
+        let index = self.index(db, spec);
+        args.validate(self.kind(&index, view_no))?;
+        Ok((index, view_no))
+    }
+
+    fn kind(&self, index: &Index, view_no: u16) -> ViewKind {
+        match index.spec.views[usize::from(view_no)].reduce {
+            Some(_) => ViewKind::Reduce,
+            None => ViewKind::Map,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn answer(
+        &self,
+        db: &Database,
+        index: Arc<Index>,
+        view_no: u16,
+        args: &ViewArgs,
+        snap: &IndexSnapshot,
+        state: &IndexState,
+        out: &mut dyn Out,
+    ) -> Result<()> {
         let docs = db.reader()?;
         Query {
             index: &index,
             view: view_no,
             args,
-            snap: &snap,
-            state: &state,
+            snap,
+            state,
             docs: &docs,
             js: &self.js,
         }

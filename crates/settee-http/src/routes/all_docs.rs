@@ -51,7 +51,7 @@ use crate::render::{
 };
 use crate::request::{parse_json_bytes, Req};
 use crate::state::App;
-use crate::stream::{blocking_response, Sink};
+use crate::stream::{quick_first_response, Attempt, Sink};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -387,11 +387,30 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
     let db = app.db(name)?;
     let opts = request_opts(req).await?;
     let reader = db.reader()?;
-    blocking_response(move |sink| {
+    quick_first_response(move |sink, attempt| {
+        if attempt == Attempt::Quick && !quick(kind, &opts) {
+            return Ok(false);
+        }
         let c = counts(&reader, kind)?;
-        run(&reader, kind, &opts, &c, sink)
+        run(&reader, kind, &opts, &c, sink)?;
+        Ok(true)
     })
     .await
+}
+
+/// Most rows a query answered on the connection's thread may skip.
+const QUICK_SKIP_MAX: u64 = 1000;
+
+/// Most keys a query answered on the connection's thread may look up.
+const QUICK_KEYS_MAX: usize = 64;
+
+/// Whether a query is quick enough to answer on the connection's thread
+/// (see [`quick_first_response`]): no unbounded skipping or looking up,
+/// and no count of the design documents (a scan of them all).
+fn quick(kind: Kind, o: &Opts) -> bool {
+    kind != Kind::Design
+        && o.skip <= QUICK_SKIP_MAX
+        && o.keys.as_ref().is_none_or(|k| k.len() <= QUICK_KEYS_MAX)
 }
 
 /// Most queries in one `/queries` request.

@@ -18,7 +18,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, json_value};
 use crate::request::Req;
 use crate::state::App;
-use crate::stream::{blocking_response, Sink};
+use crate::stream::{quick_first_response, Attempt, Sink};
 
 impl Out for Sink {
     fn buf(&mut self) -> &mut String {
@@ -72,7 +72,16 @@ pub async fn query(
     };
     let args = ViewArgs::from_request(query_pairs(req), body.as_ref())?;
     let (app, ddoc_id, view) = (app.clone(), format!("_design/{ddoc}"), view.to_string());
-    blocking_response(move |sink| Ok(app.views.query(&db, &ddoc_id, &view, &args, sink)?)).await
+    quick_first_response(move |sink, attempt| {
+        Ok(match attempt {
+            Attempt::Quick => app.views.query_quick(&db, &ddoc_id, &view, &args, sink)?,
+            Attempt::Full => {
+                app.views.query(&db, &ddoc_id, &view, &args, sink)?;
+                true
+            }
+        })
+    })
+    .await
 }
 
 /// `POST /db/_design/{ddoc}/_view/{view}/queries`.
