@@ -2,8 +2,10 @@
 //! (<https://docs.couchdb.org/en/stable/api/database/find.html#selector-syntax>).
 //!
 //! This module owns turning a selector's JSON into a validated [`Selector`]
-//! and deciding whether a document matches it. Index selection and query
-//! planning live elsewhere; they only need [`Selector::matches`].
+//! and deciding whether a document matches it, and Mango's field paths
+//! ([`parse_field_path`], [`field_value`]), which Mango indexes share so
+//! that an index finds a field exactly where a selector looks for it.
+//! Index selection and query planning live elsewhere.
 //!
 //! **Invariants**
 //! * [`Selector::parse`] validates everything (operator names, argument
@@ -23,15 +25,17 @@
 //!   - empty `$and`, `$or` and `$nor` lists match everything, an empty `$all`
 //!     list matches nothing, and the empty selector `{}` matches every
 //!     document.
-//! * Deliberate strictness beyond CouchDB: an unknown `$type` name, a `$mod`
+//! * A `$type` name that is no JSON type matches nothing, as in CouchDB.
+//! * Deliberate strictness beyond CouchDB: a `$mod`
 //!   divisor of zero and a condition that would apply to the document itself
 //!   rather than to a field (e.g. `{"$or": [{"$gt": 1}]}`) are parse errors.
-//!   Regular expressions use the `regex` crate's syntax (no look-around or
+//!   Regular expressions match bytes, as CouchDB's PCRE does (`.` is one
+//!   byte of UTF-8); they use the `regex` crate's syntax (no look-around or
 //!   back-references) instead of PCRE.
 
 use std::cmp::Ordering;
 
-use regex::Regex;
+use regex::bytes::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use crate::collate::{collate, collate_loose};
@@ -53,11 +57,13 @@ pub enum SelectorError {
     #[error("Unsupported operator: {0}")]
     UnsupportedOperator(String),
     /// An operator's argument has the wrong type or value; `arg` is its
-    /// (possibly shortened) JSON text and `reason` says what was expected.
+    /// (possibly shortened) JSON text, `value` the argument itself and
+    /// `reason` says what was expected.
     #[error("Bad argument for operator {op}: {arg} ({reason})")]
     BadArgument {
         op: String,
         arg: String,
+        value: Box<Value>,
         reason: String,
     },
     /// A field name with an empty path segment (`""`, `"a..b"`, `"a."`).
@@ -109,6 +115,9 @@ enum Node {
     /// `$not`.
     Not(Box<Node>),
     Field(FieldCond),
+    /// A combinator's list item that is no selector: matches nothing,
+    /// under either polarity.
+    Never,
 }
 
 #[derive(Debug, Clone)]
@@ -124,12 +133,16 @@ struct FieldCond {
 enum Cond {
     Compare(CmpOp, Value),
     Exists(bool),
-    Type(JsonType),
+    /// None: a name that is no JSON type; matches nothing.
+    Type(Option<JsonType>),
     In(Vec<Value>),
     Nin(Vec<Value>),
     All(Vec<Value>),
     Size(u64),
-    Mod { divisor: i128, remainder: i128 },
+    Mod {
+        divisor: i128,
+        remainder: i128,
+    },
     Regex(Regex),
     BeginsWith(String),
     ElemMatch(Box<Node>),
@@ -314,7 +327,14 @@ fn parse_list(
 ) -> Result<Vec<Node>, SelectorError> {
     array_arg(op, arg)?
         .iter()
-        .map(|item| parse_value(item, path, scope))
+        .map(|item| {
+            // A list item that is no selector at the document's root (e.g.
+            // `{"$and": [1]}`) matches nothing, as in CouchDB.
+            if path.is_empty() && scope == Scope::Document && !item.is_object() {
+                return Ok(Node::Never);
+            }
+            parse_value(item, path, scope)
+        })
         .collect()
 }
 
@@ -323,6 +343,27 @@ fn parse_list(
 fn parse_sub_selector(op: &str, arg: &Value) -> Result<Box<Node>, SelectorError> {
     let inner = object_arg(op, arg)?;
     Ok(Box::new(parse_value(inner, &[], Scope::Element)?))
+}
+
+/// A Mango field name split into its path segments, as selectors and
+/// Mango indexes read one: `a.b` is member `b` of member `a`, and a
+/// backslash makes the next character literal (`a\.b` is the single
+/// member `a.b`). A name with an empty segment (`""`, `"a..b"`, `"a."`) is
+/// refused.
+pub fn parse_field_path(name: &str) -> Result<Vec<String>, SelectorError> {
+    parse_field_name(name)
+}
+
+/// The value at a field path (from [`parse_field_path`]) in a document,
+/// as CouchDB's `mango_doc:get_field` finds it: a numeric segment indexes
+/// an array; `None` when a member is missing (`not_found`) or the path
+/// walks into a scalar or past an array's end (`bad_path`). A member
+/// present with value `null` is found. The empty path is the document.
+pub fn field_value<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
+    match lookup(doc, path) {
+        Lookup::Found(v) => Some(v),
+        Lookup::Missing | Lookup::BadPath => None,
+    }
 }
 
 /// Splits a field name on unescaped dots; a backslash makes the next
@@ -349,6 +390,7 @@ fn bad_argument(op: &str, arg: &Value, reason: impl Into<String>) -> SelectorErr
     SelectorError::BadArgument {
         op: op.to_owned(),
         arg: render(arg),
+        value: Box::new(arg.clone()),
         reason: reason.into(),
     }
 }
@@ -386,14 +428,10 @@ fn string_arg<'a>(op: &str, arg: &'a Value) -> Result<&'a str, SelectorError> {
         .ok_or_else(|| bad_argument(op, arg, "expected a string"))
 }
 
-fn type_arg(op: &str, arg: &Value) -> Result<JsonType, SelectorError> {
-    JsonType::parse(string_arg(op, arg)?).ok_or_else(|| {
-        bad_argument(
-            op,
-            arg,
-            "expected one of \"null\", \"boolean\", \"number\", \"string\", \"array\", \"object\"",
-        )
-    })
+/// A type name; one that is no JSON type (e.g. `"integer"`) is valid and
+/// matches nothing, as in CouchDB.
+fn type_arg(op: &str, arg: &Value) -> Result<Option<JsonType>, SelectorError> {
+    Ok(JsonType::parse(string_arg(op, arg)?))
 }
 
 fn size_arg(op: &str, arg: &Value) -> Result<u64, SelectorError> {
@@ -425,7 +463,11 @@ fn regex_arg(op: &str, arg: &Value) -> Result<Regex, SelectorError> {
     let pattern = string_arg(op, arg)?;
     // The regex crate guarantees linear-time matching and bounds compiled
     // size, so an accepted pattern cannot stall or exhaust `matches`.
-    Regex::new(pattern)
+    // Bytes, not characters, as CouchDB's PCRE (no UTF mode) matches:
+    // `.` is one byte, so `^.$` does not match "é".
+    RegexBuilder::new(pattern)
+        .unicode(false)
+        .build()
         .map_err(|e| bad_argument(op, arg, format!("invalid regular expression: {e}")))
 }
 
@@ -447,6 +489,7 @@ fn eval(node: &Node, value: &Value, negated: bool) -> bool {
         Node::Nor(nodes) => conjunction(nodes, value, negated, !negated),
         Node::Not(inner) => eval(inner, value, !negated),
         Node::Field(field) => eval_field(field, value, negated),
+        Node::Never => false,
     }
 }
 
@@ -501,7 +544,7 @@ fn eval_cond(cond: &Cond, v: &Value, raw_order: bool) -> bool {
     match cond {
         Cond::Compare(op, arg) => op.holds(compare(v, arg, raw_order)),
         Cond::Exists(should_exist) => *should_exist,
-        Cond::Type(t) => JsonType::of(v) == *t,
+        Cond::Type(t) => Some(JsonType::of(v)) == *t,
         Cond::In(args) => is_in(v, args, raw_order),
         // For arrays too: no element equals any argument.
         Cond::Nin(args) => !is_in(v, args, raw_order),
@@ -510,7 +553,7 @@ fn eval_cond(cond: &Cond, v: &Value, raw_order: bool) -> bool {
         Cond::Mod { divisor, remainder } => {
             as_integer(v).and_then(|i| i.checked_rem(*divisor)) == Some(*remainder)
         }
-        Cond::Regex(re) => v.as_str().is_some_and(|s| re.is_match(s)),
+        Cond::Regex(re) => v.as_str().is_some_and(|s| re.is_match(s.as_bytes())),
         Cond::BeginsWith(prefix) => v.as_str().is_some_and(|s| s.starts_with(prefix.as_str())),
         Cond::ElemMatch(inner) => {
             non_empty_array(v).is_some_and(|items| items.iter().any(|e| eval(inner, e, false)))
@@ -700,6 +743,28 @@ mod tests {
                 (json!({"x": {"a": {"b": {"c": true}}}}), false),
             ],
         );
+    }
+
+    #[test]
+    fn field_paths_find_values_as_mango_indexes_do() {
+        let path = |n: &str| parse_field_path(n).unwrap();
+        assert_eq!(path("a.b"), ["a", "b"]);
+        assert_eq!(path("x\\.y"), ["x.y"]);
+        assert_eq!(path("x\\.y.z"), ["x.y", "z"]);
+        for bad in ["", "a..b", "a.", ".a"] {
+            assert!(parse_field_path(bad).is_err(), "{bad}");
+        }
+        let doc = json!({"a": {"b": null}, "x.y": 1, "l": [{"c": 2}], "s": 3});
+        assert_eq!(field_value(&doc, &path("a.b")), Some(&Value::Null));
+        assert_eq!(field_value(&doc, &path("a")), Some(&json!({"b": null})));
+        assert_eq!(field_value(&doc, &path("x\\.y")), Some(&json!(1)));
+        assert_eq!(field_value(&doc, &path("x.y")), None);
+        assert_eq!(field_value(&doc, &path("l.0.c")), Some(&json!(2)));
+        assert_eq!(field_value(&doc, &path("l.c")), None);
+        assert_eq!(field_value(&doc, &path("l.1")), None);
+        assert_eq!(field_value(&doc, &path("s.t")), None);
+        assert_eq!(field_value(&doc, &path("missing")), None);
+        assert_eq!(field_value(&doc, &[]), Some(&doc));
     }
 
     #[test]
@@ -1229,11 +1294,17 @@ mod tests {
     }
 
     #[test]
+    fn a_type_name_that_is_no_json_type_matches_nothing() {
+        let s = selector(json!({"a": {"$type": "integer"}}));
+        assert!(!s.matches(&json!({"a": 1})));
+        assert!(!s.matches(&json!({"a": "integer"})));
+    }
+
+    #[test]
     fn condition_operators_validate_arguments() {
         let bad = [
             json!({"a": {"$exists": "yes"}}),
             json!({"a": {"$type": 1}}),
-            json!({"a": {"$type": "integer"}}),
             json!({"a": {"$size": -1}}),
             json!({"a": {"$size": 1.5}}),
             json!({"a": {"$mod": [0, 1]}}),
@@ -1285,7 +1356,6 @@ mod tests {
         for sel in [
             json!({"$gt": 1}),
             json!({"$or": [{"$gt": 1}]}),
-            json!({"$and": [1]}),
             json!({"$not": {"$eq": 1}}),
             json!({"$elemMatch": {"a": 1}}),
         ] {
@@ -1295,6 +1365,15 @@ mod tests {
             SelectorError::MissingFieldName.to_string(),
             "One or more conditions is missing a field name."
         );
+    }
+
+    #[test]
+    fn list_items_that_are_no_selector_match_nothing() {
+        for sel in [json!({"$and": [1]}), json!({"$or": ["x"]})] {
+            assert!(!selector(sel).matches(&json!({"a": 1})));
+        }
+        assert!(!selector(json!({"a": {"$regex": "^.$"}})).matches(&json!({"a": "é"})));
+        assert!(selector(json!({"a": {"$regex": "^..$"}})).matches(&json!({"a": "é"})));
     }
 
     #[test]

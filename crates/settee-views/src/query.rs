@@ -17,7 +17,7 @@
 use serde_json::Value;
 use settee_core::rev::Rev;
 use settee_db::json::{push_doc, push_str, push_u64, Extras};
-use settee_db::{GetOptions, IndexSnapshot, Reader};
+use settee_db::{DocRead, GetOptions, IndexSnapshot, Reader};
 use std::cmp::Ordering;
 
 use settee_core::collate::collate;
@@ -277,6 +277,50 @@ impl Query<'_> {
         }
         if alive {
             out.buf().push_str("\r\n]}");
+        }
+        Ok(())
+    }
+
+    /// Visits the rows a map query selects (its ranges, `skip` and
+    /// `limit`) in order, without rendering an answer: for callers that
+    /// filter rows themselves (Mango). `visit` gets each row and its
+    /// document when `include_docs` (None when missing or deleted); it
+    /// returns false to stop.
+    pub fn each_row(
+        &self,
+        visit: &mut dyn FnMut(RowValue, Option<DocRead>) -> Result<bool>,
+    ) -> Result<()> {
+        check_range(self.args, self.collation())?;
+        let ranges = ranges(self);
+        let mut skip = self.args.skip;
+        let mut left = self.args.limit;
+        let mut alive = true;
+        for range in ranges.iter().filter(|r| !r.is_empty()) {
+            if left == 0 || !alive {
+                break;
+            }
+            self.scan(range, &mut |_, row| {
+                if skip > 0 {
+                    skip -= 1;
+                    return Ok(true);
+                }
+                let doc = if self.args.include_docs {
+                    let opts = GetOptions {
+                        conflicts: self.args.conflicts,
+                        ..GetOptions::default()
+                    };
+                    match self.docs.get(&row.id, &opts) {
+                        Ok(d) if !d.deleted => Some(d),
+                        Ok(_) | Err(settee_db::Error::NotFound(_)) => None,
+                        Err(e) => return Err(e.into()),
+                    }
+                } else {
+                    None
+                };
+                left -= 1;
+                alive = visit(row, doc)?;
+                Ok(alive && left > 0)
+            })?;
         }
         Ok(())
     }

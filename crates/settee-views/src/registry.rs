@@ -19,13 +19,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use settee_db::json::{push_doc, Extras};
-use settee_db::{Database, Engine, GetOptions, IndexBatch, IndexSnapshot};
+use settee_db::{Database, DocRead, Engine, GetOptions, IndexBatch, IndexSnapshot};
 use settee_js::JsEngine;
 
 use crate::args::{Update, ViewArgs, ViewKind};
 use crate::error::{Result, ViewError};
 use crate::index::Index;
-use crate::layout::{self, IndexState};
+use crate::layout::{self, IndexState, RowValue};
 use crate::query::{Out, Query};
 use crate::spec::IndexSpec;
 
@@ -185,6 +185,35 @@ impl Views {
         }
         self.answer(db, index, view_no, args, &snap, &state, out)?;
         Ok(true)
+    }
+
+    /// Visits the rows of a map query (see [`Query::each_row`]), bringing
+    /// the index up to date first as `args.update` says. Blocking.
+    pub fn each_row(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        view: &str,
+        args: &ViewArgs,
+        visit: &mut dyn FnMut(RowValue, Option<DocRead>) -> Result<bool>,
+    ) -> Result<()> {
+        let (index, view_no) = self.resolve(db, ddoc_id, view, args)?;
+        if args.update == Update::True {
+            index.update(db, &self.js)?;
+        }
+        let snap = index.space().snapshot()?;
+        let state = index.state(&snap)?;
+        let docs = db.reader()?;
+        Query {
+            index: &index,
+            view: view_no,
+            args,
+            snap: &snap,
+            state: &state,
+            docs: &docs,
+            js: &self.js,
+        }
+        .each_row(visit)
     }
 
     /// The index and view number a query names, with its arguments checked.
