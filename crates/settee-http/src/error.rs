@@ -321,6 +321,32 @@ impl From<settee_views::ViewError> for ApiError {
     }
 }
 
+impl From<settee_mango::error::MangoError> for ApiError {
+    fn from(e: settee_mango::error::MangoError) -> ApiError {
+        use settee_mango::error::MangoError as M;
+        match e {
+            M::Invalid { error, reason } => ApiError::new(StatusCode::BAD_REQUEST, error, reason),
+            M::NoUsableIndex(r) => ApiError::new(StatusCode::BAD_REQUEST, "no_usable_index", r),
+            M::NotFound(r) => ApiError::not_found(r),
+            M::ServiceUnavailable(r) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "required index service unavailable",
+                r,
+            ),
+            M::Server { error, reason } => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error, reason).with_ref()
+            }
+            M::View(v) => ApiError::from(v),
+            M::Db(d) => ApiError::from(d),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown_error",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
 /// What CouchDB 3.4 answers when a `validate_doc_update` function cannot
 /// be run or throws an `Error`: 404 for a function the design document
 /// lacks (an empty one), else 500 with the error's name (CouchDB's

@@ -419,7 +419,7 @@ fn indexes_in_use_catch_up_in_the_background() {
 fn offsets_are_exact_from_the_block_table_and_after_edits() {
     let s = shared();
     let db = "v_offsets";
-    setup(&s, db, 1500);
+    setup(s, db, 1500);
     let expect = |n: &[u64], start: u64, descending: bool| -> u64 {
         if descending {
             n.iter().filter(|&&x| x > start).count() as u64
@@ -432,7 +432,7 @@ fn offsets_are_exact_from_the_block_table_and_after_edits() {
             for descending in [false, true] {
                 for _ in 0..3 {
                     let v = get(
-                        &s,
+                        s,
                         &format!(
                             "/{db}/_design/d/_view/by_n?startkey={start}&limit=2&descending={descending}"
                         ),
@@ -451,7 +451,7 @@ fn offsets_are_exact_from_the_block_table_and_after_edits() {
     check(&n);
     // Move 300 documents' rows to the end (blocks grow past their cut)
     // and delete 100.
-    let all = get(&s, &format!("/{db}/_all_docs?startkey=%22k%22&limit=400"));
+    let all = get(s, &format!("/{db}/_all_docs?startkey=%22k%22&limit=400"));
     let rows = all["rows"].as_array().expect("rows");
     let mut docs = Vec::new();
     for (i, r) in rows.iter().enumerate() {
@@ -466,7 +466,7 @@ fn offsets_are_exact_from_the_block_table_and_after_edits() {
             n[usize::try_from(num).expect("index")] = u64::MAX;
         }
     }
-    bulk(&s, db, docs);
+    bulk(s, db, docs);
     n.retain(|&x| x != u64::MAX);
     check(&n);
 }
@@ -478,15 +478,15 @@ fn offsets_are_exact_from_the_block_table_and_after_edits() {
 fn large_answers_of_current_indexes_are_whole() {
     let s = shared();
     let db = "v_large";
-    setup(&s, db, 3000);
-    let first = get(&s, &format!("/{db}/_design/d/_view/by_n?limit=1"));
+    setup(s, db, 3000);
+    let first = get(s, &format!("/{db}/_design/d/_view/by_n?limit=1"));
     assert_eq!(first["total_rows"], 3000);
     for path in [
         format!("/{db}/_design/d/_view/by_n"),
         format!("/{db}/_design/d/_view/by_n?include_docs=true"),
         format!("/{db}/_all_docs?include_docs=true"),
     ] {
-        let v = get(&s, &path);
+        let v = get(s, &path);
         let ids = ids(&v);
         assert_eq!(
             ids.len(),

@@ -959,7 +959,7 @@ async fn run_live(
 ) {
     let mut first = Some(first);
     let mut since = p.since;
-    let mut pending;
+    let mut pending = 0;
     let mut emitted = 0u64;
     let mut sent_any = false;
     let mut longpoll_rows: Vec<String> = Vec::new();
@@ -976,7 +976,12 @@ async fn run_live(
         };
         let (w, rows) = match batch {
             Ok(x) => x,
+            // The database was deleted under the feed: the feed ends, as
+            // when its sequence watch closes.
+            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => break 'feed,
             Err(e) => {
+                // After the headers, an error can only cut the response.
+                tracing::warn!(db = %db.name(), error = %e.reason, "live _changes feed failed mid-stream");
                 let _ = tx
                     .send(Err(std::io::Error::other(e.reason.to_string())))
                     .await;

@@ -11,6 +11,7 @@ pub mod bulk_body;
 pub mod changes;
 pub mod db;
 pub mod doc;
+pub mod mango;
 pub mod server;
 pub mod view;
 
@@ -93,9 +94,17 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
+        [db, "_find"] => mango::find(app, req, db).await,
+        [db, "_explain"] => mango::explain(app, req, db).await,
+        [db, "_index"] => mango::index(app, req, db).await,
+        [db, "_index", "_bulk_delete"] => mango::bulk_delete(app, req, db).await,
+        [db, "_index", "_design", ddoc, kind, name] | [db, "_index", ddoc, kind, name] => {
+            let ddoc = ddoc.strip_prefix("_design/").unwrap_or(ddoc);
+            mango::delete(app, req, db, ddoc, kind, name).await
+        }
         [db, "_find" | "_index" | "_explain", ..] => {
             app.db(db)?;
-            Err(ApiError::not_implemented())
+            Err(ApiError::not_found("missing"))
         }
         [db, "_design", name] => doc::handle(app, req, db, format!("_design/{name}")).await,
         [db, "_design", _, "_view"] | [db, "_design", _, "_view", ""] => {

@@ -1,0 +1,436 @@
+//! Index definitions: the special `_all_docs` index and the `json`
+//! indexes, stored as CouchDB stores them — views of design documents with
+//! `"language": "query"` — so replication carries them between Settee and
+//! CouchDB. Reading them from design documents, and writing and deleting
+//! them.
+//!
+//! Invariants:
+//! - A design document holds json indexes only if its language is
+//!   `query`; each view whose `map` has `fields` is one index.
+//! - Deleting a design document's last index deletes the design document.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use settee_core::doc::Doc;
+use settee_db::json::{push_doc, Extras};
+use settee_db::{Database, GetOptions, IdRange};
+use sha1::{Digest, Sha1};
+
+use crate::erl::{term, Style};
+use crate::error::{MangoError, Result};
+use crate::request::{sort, Dir};
+use crate::select::normalize;
+
+/// What kind of index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `_all_docs`.
+    Special,
+    Json,
+}
+
+/// One index.
+#[derive(Debug, Clone)]
+pub struct IndexDef {
+    /// None for `_all_docs`.
+    pub ddoc: Option<String>,
+    pub name: String,
+    pub kind: Kind,
+    /// Indexed fields in key order, with the directions given.
+    pub fields: Vec<(String, Dir)>,
+    /// `partial_filter_selector` (None when empty).
+    pub partial: Option<Value>,
+}
+
+impl IndexDef {
+    pub fn all_docs() -> IndexDef {
+        IndexDef {
+            ddoc: None,
+            name: "_all_docs".into(),
+            kind: Kind::Special,
+            fields: vec![("_id".into(), Dir::Asc)],
+            partial: None,
+        }
+    }
+
+    /// As `GET /db/_index` lists it.
+    pub fn to_json(&self) -> Value {
+        let fields: Vec<Value> = self
+            .fields
+            .iter()
+            .map(|(f, d)| json!({ f.as_str(): d.as_str() }))
+            .collect();
+        let mut def = json!({ "fields": fields });
+        if let Some(p) = &self.partial {
+            def["partial_filter_selector"] = normalize(p);
+        }
+        match self.kind {
+            Kind::Special => {
+                json!({"ddoc": null, "name": self.name, "type": "special", "def": def})
+            }
+            Kind::Json => json!({
+                "ddoc": self.ddoc, "name": self.name, "type": "json",
+                "partitioned": false, "def": def
+            }),
+        }
+    }
+}
+
+/// The json indexes of one design document (JSON with `_id`).
+pub fn from_ddoc(ddoc: &Value) -> Vec<IndexDef> {
+    let Some(id) = ddoc.get("_id").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    if ddoc.get("language").and_then(Value::as_str) != Some("query") {
+        return Vec::new();
+    }
+    let Some(views) = ddoc.get("views").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (name, view) in views {
+        let Some(map) = view.get("map").and_then(Value::as_object) else {
+            continue;
+        };
+        let fields = match map.get("fields") {
+            Some(Value::Object(f)) => f
+                .iter()
+                .map(|(k, d)| {
+                    let dir = if d.as_str() == Some("desc") {
+                        Dir::Desc
+                    } else {
+                        Dir::Asc
+                    };
+                    (k.clone(), dir)
+                })
+                .collect(),
+            Some(v @ Value::Array(_)) => match sort(v) {
+                Ok(f) => f,
+                Err(_) => continue,
+            },
+            _ => continue,
+        };
+        let partial = match map.get("partial_filter_selector") {
+            Some(Value::Object(p)) if !p.is_empty() => Some(Value::Object(p.clone())),
+            _ => None,
+        };
+        out.push(IndexDef {
+            ddoc: Some(id.to_string()),
+            name: name.clone(),
+            kind: Kind::Json,
+            fields,
+            partial,
+        });
+    }
+    out
+}
+
+/// Every index of a database: `_all_docs` first, then the json indexes by
+/// design document id and name.
+pub fn list(db: &Database) -> Result<Vec<IndexDef>> {
+    let mut out = vec![IndexDef::all_docs()];
+    for ddoc in design_docs(db)? {
+        let mut defs = from_ddoc(&ddoc);
+        defs.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(defs);
+    }
+    Ok(out)
+}
+
+/// The database's design documents as JSON, by id.
+fn design_docs(db: &Database) -> Result<Vec<Value>> {
+    let reader = db.reader()?;
+    let range = IdRange {
+        start: Some("_design/".into()),
+        end: Some("_design0".into()),
+        inclusive_end: false,
+        ..IdRange::default()
+    };
+    let mut out = Vec::new();
+    let mut failed = None;
+    reader.all_docs(&range, true, false, &mut |row| {
+        if let Some(d) = &row.doc {
+            let mut text = String::new();
+            push_doc(&mut text, d, Extras::default());
+            match serde_json::from_str(&text) {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    failed = Some(e.to_string());
+                    return false;
+                }
+            }
+        }
+        true
+    })?;
+    match failed {
+        Some(e) => Err(MangoError::Server {
+            error: "unknown_error",
+            reason: format!("design document: {e}"),
+        }),
+        None => Ok(out),
+    }
+}
+
+/// A document as JSON, or None when missing or deleted.
+fn read(db: &Database, id: &str) -> Result<Option<Value>> {
+    match db.latest_reader()?.get(id, &GetOptions::default()) {
+        Ok(d) if !d.deleted => {
+            let mut text = String::new();
+            push_doc(&mut text, &d, Extras::default());
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| MangoError::Server {
+                    error: "unknown_error",
+                    reason: e.to_string(),
+                })
+        }
+        Ok(_) | Err(settee_db::Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write(db: &Database, doc: Value) -> Result<()> {
+    let doc = Doc::from_json(doc, String::new)
+        .map_err(|e| MangoError::invalid("bad_request", e.to_string()))?;
+    db.put(doc)?;
+    Ok(())
+}
+
+/// What `POST /db/_index` asks.
+#[derive(Debug, Clone)]
+pub struct NewIndex {
+    /// With its `_design/` prefix.
+    pub ddoc: String,
+    pub name: String,
+    /// `fields` as given (strings and `{field: dir}`).
+    pub fields_json: Value,
+    pub fields: Vec<(String, Dir)>,
+    pub partial: Value,
+    /// Whether `partial_filter_selector` was given (it is then kept in
+    /// `options.def` as given).
+    pub partial_given: bool,
+}
+
+/// The members a `POST /db/_index` body may have.
+const INDEX_KEYS: [&str; 6] = ["index", "ddoc", "name", "type", "partitioned", "w"];
+
+impl NewIndex {
+    pub fn parse(body: &Map<String, Value>) -> Result<NewIndex> {
+        if let Some(k) = body.keys().find(|k| !INDEX_KEYS.contains(&k.as_str())) {
+            return Err(MangoError::invalid(
+                "invalid_key",
+                format!("Invalid key {k} for this request."),
+            ));
+        }
+        let index = body.get("index").ok_or_else(|| {
+            MangoError::invalid("missing_required_key", "Missing required key: index")
+        })?;
+        match body.get("type") {
+            None => {}
+            Some(Value::String(t)) if t == "json" => {}
+            Some(Value::String(t)) if t == "text" || t == "nouveau" => {
+                return Err(MangoError::ServiceUnavailable(t.clone()))
+            }
+            Some(Value::String(t)) => {
+                return Err(MangoError::invalid(
+                    "invalid_index",
+                    format!("Invalid type for index: {t}"),
+                ))
+            }
+            Some(other) => {
+                return Err(MangoError::invalid(
+                    "invalid_string",
+                    format!("Invalid string: {}", term(other, Style::Bytes)),
+                ))
+            }
+        }
+        let Value::Object(index) = index else {
+            return Err(MangoError::invalid(
+                "invalid_index",
+                format!(
+                    "JSON indexes must be an object, not: {}",
+                    term(index, Style::Bytes)
+                ),
+            ));
+        };
+        let fields_json = index
+            .get("fields")
+            .ok_or_else(|| {
+                MangoError::invalid("missing_required_key", "Missing required key: fields")
+            })?
+            .clone();
+        let fields = sort(&fields_json)?;
+        if fields.windows(2).any(|w| w[0].1 != w[1].1) {
+            return Err(MangoError::invalid(
+                "unsupported_mixed_sort",
+                "Sorts currently only support a single direction for all fields.",
+            ));
+        }
+        let partial = match index.get("partial_filter_selector") {
+            None => json!({}),
+            Some(p @ Value::Object(_)) => {
+                settee_core::selector::Selector::parse(p)
+                    .map_err(crate::request::selector_error)?;
+                p.clone()
+            }
+            Some(other) => {
+                return Err(MangoError::invalid(
+                    "invalid_selector_json",
+                    format!(
+                        "Selector must be a JSON object, not: {}",
+                        term(other, Style::Bytes)
+                    ),
+                ))
+            }
+        };
+        let partial_given = index.contains_key("partial_filter_selector");
+        let string = |k: &str| -> Result<Option<String>> {
+            match body.get(k) {
+                None => Ok(None),
+                Some(Value::String(s)) if s.is_empty() => Err(MangoError::invalid(
+                    "invalid_empty_string",
+                    "Index name or ddoc cannot be empty string",
+                )),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(MangoError::invalid(
+                    "invalid_string",
+                    format!("Invalid string: {}", term(other, Style::Bytes)),
+                )),
+            }
+        };
+        let ddoc = string("ddoc")?;
+        let name = string("name")?;
+        let digest = {
+            let mut h = Sha1::new();
+            h.update(
+                json!({"fields": fields_json, "partial_filter_selector": partial}).to_string(),
+            );
+            hex::encode(h.finalize())
+        };
+        let ddoc = match ddoc {
+            Some(d) if d.starts_with("_design/") => d,
+            Some(d) => format!("_design/{d}"),
+            None => format!("_design/{digest}"),
+        };
+        Ok(NewIndex {
+            ddoc,
+            name: name.unwrap_or(digest),
+            fields_json,
+            fields,
+            partial,
+            partial_given,
+        })
+    }
+
+    /// The view CouchDB writes for this index.
+    fn view(&self) -> Value {
+        let mut map_fields = Map::new();
+        for (f, d) in &self.fields {
+            map_fields.insert(f.clone(), Value::String(d.as_str().into()));
+        }
+        let mut def = json!({"fields": self.fields_json});
+        let mut stored_partial = json!({});
+        if self.partial_given {
+            def["partial_filter_selector"] = self.partial.clone();
+            if self.partial.as_object().is_some_and(|p| !p.is_empty()) {
+                stored_partial = normalize(&self.partial);
+            }
+        }
+        json!({
+            "map": {"fields": map_fields, "partial_filter_selector": stored_partial},
+            "reduce": "_count",
+            "options": {"def": def}
+        })
+    }
+
+    /// Writes the index into its design document; false when that exact
+    /// index is there already.
+    pub fn create(&self, db: &Database) -> Result<bool> {
+        let view = self.view();
+        let doc = match read(db, &self.ddoc)? {
+            None => {
+                json!({"_id": self.ddoc, "language": "query", "views": {self.name.as_str(): view}})
+            }
+            Some(mut doc) => {
+                let lang = doc.get("language").cloned();
+                if lang.as_ref().and_then(Value::as_str) != Some("query") {
+                    let shown =
+                        lang.map_or_else(|| "false".to_string(), |l| term(&l, Style::Bytes));
+                    return Err(MangoError::invalid(
+                        "invalid_ddoc_lang",
+                        format!("Existing design doc has an invalid language: {shown}"),
+                    ));
+                }
+                if doc.pointer(&format!("/views/{}", pointer_escape(&self.name))) == Some(&view) {
+                    return Ok(false);
+                }
+                if !doc.get("views").is_some_and(Value::is_object) {
+                    doc["views"] = json!({});
+                }
+                doc["views"][self.name.as_str()] = view;
+                doc
+            }
+        };
+        write(db, doc)?;
+        Ok(true)
+    }
+}
+
+fn pointer_escape(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+/// `DELETE /db/_index/{ddoc}/json/{name}`.
+pub fn delete(db: &Database, ddoc: &str, name: &str) -> Result<()> {
+    let ddoc = if ddoc.starts_with("_design/") {
+        ddoc.to_string()
+    } else {
+        format!("_design/{ddoc}")
+    };
+    let missing = || MangoError::NotFound("missing".into());
+    let mut doc = read(db, &ddoc)?.ok_or_else(missing)?;
+    if !from_ddoc(&doc).iter().any(|d| d.name == name) {
+        return Err(missing());
+    }
+    let views = doc
+        .get_mut("views")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(missing)?;
+    views.remove(name);
+    if views.is_empty() {
+        doc["_deleted"] = Value::Bool(true);
+    }
+    write(db, doc)
+}
+
+/// `POST /db/_index/_bulk_delete`: every json index of each design
+/// document; `(deleted, failed)` ids, as CouchDB lists them.
+pub fn bulk_delete(db: &Database, ids: &[String]) -> Result<(Vec<String>, Vec<String>)> {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for id in ids {
+        match read(db, id)? {
+            Some(mut doc) if !from_ddoc(&doc).is_empty() => {
+                doc["_deleted"] = Value::Bool(true);
+                match write(db, doc) {
+                    Ok(()) => ok.push(id.clone()),
+                    Err(_) => failed.push(id.clone()),
+                }
+            }
+            _ => failed.push(id.clone()),
+        }
+    }
+    ok.reverse();
+    Ok((ok, failed))
+}
+
+/// Design documents and their indexes, for lookups by `use_index`.
+pub fn by_ddoc(defs: &[IndexDef]) -> BTreeMap<&str, Vec<&IndexDef>> {
+    let mut m: BTreeMap<&str, Vec<&IndexDef>> = BTreeMap::new();
+    for d in defs {
+        if let Some(dd) = &d.ddoc {
+            m.entry(dd.as_str()).or_default().push(d);
+        }
+    }
+    m
+}

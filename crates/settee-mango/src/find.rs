@@ -1,0 +1,341 @@
+//! Running a `_find`: reading the chosen index's range in order, matching
+//! each document with the selector, then skip, limit, bookmark and the
+//! requested fields; the answer CouchDB gives (`docs`, `bookmark`,
+//! `warning`, `execution_stats`).
+//!
+//! Invariants:
+//! - Every returned document matched the full selector (ranges only
+//!   narrow what is read).
+//! - Design documents are never returned (an `_all_docs` scan counts those
+//!   the selector rejects as examined, as CouchDB does).
+//! - Memory is bounded by the answer: rows are visited one at a time and
+//!   the scan stops once `skip + limit` documents matched.
+
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+use settee_core::collate::collate;
+use settee_db::json::{push_doc, Extras};
+use settee_db::{Database, DocRead, IdRange};
+use settee_views::args::{Update, ViewArgs};
+use settee_views::registry::Views;
+
+use crate::defs::Kind;
+use crate::error::{MangoError, Result};
+use crate::plan::{is_empty_combinator, Plan};
+use crate::request::{Bookmark, FindRequest};
+
+/// Documents read per result past which CouchDB warns.
+const SCAN_RATIO_WARNING: u64 = 10;
+
+pub const SCAN_WARNING: &str = "The number of documents examined is high in proportion to the number of results returned. Consider adding a more specific index to improve this.";
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub keys: u64,
+    pub docs: u64,
+    pub results: u64,
+}
+
+/// A `_find` answer.
+#[derive(Debug)]
+pub struct Found {
+    pub docs: Vec<Value>,
+    pub bookmark: Option<Bookmark>,
+    pub stats: Stats,
+    pub elapsed_ms: f64,
+}
+
+fn doc_json(d: &DocRead) -> Result<Value> {
+    let mut text = String::new();
+    push_doc(&mut text, d, Extras::default());
+    serde_json::from_str(&text).map_err(|e| MangoError::Server {
+        error: "unknown_error",
+        reason: e.to_string(),
+    })
+}
+
+/// Splits a field name on unescaped dots (`a\.b` is one field).
+pub fn split_path(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = name.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => cur.push(chars.next().unwrap_or('\\')),
+            '.' => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+fn lookup<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut v = doc;
+    for seg in path {
+        v = match v {
+            Value::Object(m) => m.get(seg)?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}
+
+fn insert(out: &mut Map<String, Value>, path: &[String], v: Value) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        out.insert(first.clone(), v);
+        return;
+    }
+    let entry = out
+        .entry(first.clone())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(m) = entry {
+        insert(m, rest, v);
+    }
+}
+
+/// The requested fields of a document (all of it without `fields`).
+fn project(doc: Value, fields: Option<&[String]>) -> Value {
+    let Some(fields) = fields.filter(|f| !f.is_empty()) else {
+        return doc;
+    };
+    let mut out = Map::new();
+    for f in fields {
+        let path = split_path(f);
+        if let Some(v) = lookup(&doc, &path) {
+            insert(&mut out, &path, v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// A document made of an index row (covering queries): its id and the
+/// indexed fields.
+fn from_key(plan: &Plan, id: &str, key: &Value) -> Value {
+    let mut m = Map::new();
+    m.insert("_id".into(), Value::String(id.to_string()));
+    if let Value::Array(vals) = key {
+        for ((f, _), v) in plan.index.fields.iter().zip(vals) {
+            insert(&mut m, &split_path(f), v.clone());
+        }
+    }
+    Value::Object(m)
+}
+
+struct Collector<'a> {
+    req: &'a FindRequest,
+    skip: u64,
+    docs: Vec<Value>,
+    last: Option<Bookmark>,
+    stats: Stats,
+}
+
+impl Collector<'_> {
+    /// Takes one matching candidate; false once the answer is complete.
+    fn offer(&mut self, doc: Value, key: Value, id: &str) -> bool {
+        if !self.req.selector.matches(&doc) {
+            return true;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return true;
+        }
+        if self.req.limit == 0 {
+            return false;
+        }
+        self.docs.push(project(doc, self.req.fields.as_deref()));
+        self.last = Some(Bookmark {
+            key,
+            id: id.to_string(),
+        });
+        self.stats.results += 1;
+        (self.docs.len() as u64) < self.req.limit
+    }
+}
+
+/// Runs a planned `_find`. Blocking.
+pub fn run(views: &Views, db: &Database, req: &FindRequest, plan: &Plan) -> Result<Found> {
+    let started = Instant::now();
+    let mut c = Collector {
+        req,
+        skip: req.skip,
+        docs: Vec::new(),
+        last: None,
+        stats: Stats::default(),
+    };
+    let past_end = req.bookmark_given.as_deref() == Some("");
+    if !is_empty_combinator(&req.selector_json) && !past_end {
+        match plan.index.kind {
+            Kind::Special => all_docs(db, req, plan, &mut c)?,
+            Kind::Json => json_index(views, db, req, plan, &mut c)?,
+        }
+    }
+    Ok(Found {
+        docs: c.docs,
+        bookmark: c.last,
+        stats: c.stats,
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+fn all_docs(db: &Database, req: &FindRequest, plan: &Plan, c: &mut Collector<'_>) -> Result<()> {
+    let mut start = plan
+        .start_key
+        .as_ref()
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let bookmark = req.bookmark.as_ref().map(|b| b.id.clone());
+    if let Some(b) = &bookmark {
+        start = Some(b.clone());
+    }
+    let range = IdRange {
+        start,
+        end: plan
+            .end_key
+            .as_ref()
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        inclusive_end: true,
+        descending: plan.descending,
+        ..IdRange::default()
+    };
+    let reader = db.reader()?;
+    let mut failed = None;
+    reader.all_docs(&range, true, req.conflicts, &mut |row| {
+        if bookmark.as_deref() == Some(row.id.as_str()) {
+            return true;
+        }
+        if row.id.starts_with("_design/") {
+            // CouchDB counts a design document as examined when the
+            // selector rejects it (one it matches is dropped uncounted).
+            let matches = row
+                .doc
+                .as_ref()
+                .and_then(|d| doc_json(d).ok())
+                .is_some_and(|doc| req.selector.matches(&doc));
+            if !matches {
+                c.stats.keys += 1;
+                c.stats.docs += 1;
+            }
+            return true;
+        }
+        let Some(d) = &row.doc else { return true };
+        c.stats.keys += 1;
+        c.stats.docs += 1;
+        match doc_json(d) {
+            Ok(doc) => c.offer(doc, Value::String(row.id.clone()), &row.id),
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        }
+    })?;
+    failed.map_or(Ok(()), Err)
+}
+
+fn json_index(
+    views: &Views,
+    db: &Database,
+    req: &FindRequest,
+    plan: &Plan,
+    c: &mut Collector<'_>,
+) -> Result<()> {
+    let ddoc = plan.index.ddoc.clone().unwrap_or_default();
+    let (mut start, end) = (plan.start_key.clone(), plan.end_key.clone());
+    if let (Some(s), Some(e)) = (&start, &end) {
+        let order = collate(s, e);
+        if (order.is_gt() && !plan.descending) || (order.is_lt() && plan.descending) {
+            return Ok(());
+        }
+    }
+    let mut start_docid = None;
+    if let Some(b) = &req.bookmark {
+        start = Some(b.key.clone());
+        start_docid = Some(b.id.clone());
+    }
+    let args = ViewArgs {
+        start_key: start,
+        end_key: end,
+        start_docid,
+        inclusive_end: true,
+        descending: plan.descending,
+        include_docs: !plan.covering,
+        conflicts: req.conflicts,
+        reduce: Some(false),
+        update: if req.update {
+            Update::True
+        } else {
+            Update::False
+        },
+        ..ViewArgs::default()
+    };
+    let bookmark = req.bookmark.clone();
+    let mut failed = None;
+    views.each_row(db, &ddoc, &plan.index.name, &args, &mut |row, doc| {
+        let key: Value = serde_json::from_str(&row.key).unwrap_or(Value::Null);
+        if bookmark
+            .as_ref()
+            .is_some_and(|b| b.id == row.id && collate(&b.key, &key).is_eq())
+        {
+            return Ok(true);
+        }
+        c.stats.keys += 1;
+        let doc = if plan.covering {
+            from_key(plan, &row.id, &key)
+        } else {
+            let Some(d) = doc else { return Ok(true) };
+            c.stats.docs += 1;
+            match doc_json(&d) {
+                Ok(v) => v,
+                Err(e) => {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            }
+        };
+        Ok(c.offer(doc, key, &row.id))
+    })?;
+    failed.map_or(Ok(()), Err)
+}
+
+/// The answer's JSON.
+pub fn answer(req: &FindRequest, plan: &Plan, found: Found) -> Value {
+    let mut out = Map::new();
+    let empty = is_empty_combinator(&req.selector_json);
+    out.insert("docs".into(), Value::Array(found.docs));
+    if empty {
+        return Value::Object(out);
+    }
+    let bookmark = found
+        .bookmark
+        .map_or_else(|| "nil".to_string(), |b| b.encode());
+    out.insert("bookmark".into(), Value::String(bookmark));
+    let mut warnings = plan.warnings.clone();
+    let s = found.stats;
+    if (s.results == 0 && s.docs > SCAN_RATIO_WARNING)
+        || (s.results > 0 && s.docs / s.results > SCAN_RATIO_WARNING)
+    {
+        warnings.push(SCAN_WARNING.to_string());
+    }
+    if !warnings.is_empty() {
+        out.insert("warning".into(), Value::String(warnings.join("\n")));
+    }
+    if req.execution_stats {
+        let (docs, quorum) = if req.r > 1 { (0, s.docs) } else { (s.docs, 0) };
+        out.insert(
+            "execution_stats".into(),
+            json!({
+                "total_keys_examined": s.keys,
+                "total_docs_examined": docs,
+                "total_quorum_docs_examined": quorum,
+                "results_returned": s.results,
+                "execution_time_ms": found.elapsed_ms,
+            }),
+        );
+    }
+    Value::Object(out)
+}

@@ -1,0 +1,52 @@
+//! `settee-mango`: CouchDB's declarative queries — `POST /db/_find`,
+//! `_explain` and the `_index` API — over Settee's indexes.
+//!
+//! Module map: [`request`] validates a `_find` body; [`select`] analyses a
+//! selector for the planner; [`defs`] reads and writes index definitions
+//! (query-language design documents); [`plan`] chooses the index and key
+//! range; [`find`] runs the plan; [`explain`] describes it; [`erl`] renders
+//! values as CouchDB's error reasons print them.
+//!
+//! Invariant: nothing here knows the storage engine or JavaScript: json
+//! indexes are settee-views indexes (mapped natively there), `_all_docs`
+//! is read through settee-db.
+
+pub mod defs;
+pub mod erl;
+pub mod error;
+pub mod explain;
+pub mod find;
+pub mod plan;
+pub mod request;
+pub mod select;
+
+use serde_json::{Map, Value};
+use settee_db::Database;
+use settee_views::registry::Views;
+
+use crate::error::Result;
+use crate::request::FindRequest;
+
+/// `POST /db/_find`. Blocking.
+pub fn find(views: &Views, db: &Database, body: &Map<String, Value>) -> Result<Value> {
+    let req = FindRequest::parse(body)?;
+    let defs = defs::list(db)?;
+    let plan = plan::choose(&defs, &req)?;
+    let found = find::run(views, db, &req, &plan)?;
+    Ok(find::answer(&req, &plan, found))
+}
+
+/// `POST /db/_explain`. Blocking.
+pub fn explain(db: &Database, body: &Map<String, Value>) -> Result<Value> {
+    let req = FindRequest::parse(body)?;
+    let defs = defs::list(db)?;
+    match plan::choose(&defs, &req) {
+        Ok(plan) => Ok(explain::describe(db.name(), &req, &plan)),
+        Err(error::MangoError::NoUsableIndex(_)) => Ok(explain::describe_unsortable(
+            db.name(),
+            &req,
+            &plan::unusable_for_sort(&defs),
+        )),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,372 @@
+//! Choosing the index a `_find` reads, and the key range it reads there —
+//! CouchDB's rules: a json index is usable when each of its fields is one
+//! every matching document has (or a sort field), its fields begin with
+//! the sort's, and it is not partial (unless named by `use_index`); the
+//! best has the longest prefix of fields with ranges, then the fewest
+//! fields, then the first design document and name. `_all_docs` serves
+//! the rest, with CouchDB's warning; a sort no index serves is refused.
+//!
+//! Invariant: the chosen range is a superset of the rows that can match;
+//! the executor filters every row with the full selector.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::defs::{IndexDef, Kind};
+use crate::error::{MangoError, Result};
+use crate::request::{Dir, FindRequest};
+use crate::select::{all_fields, normalize, range_of, required_fields};
+
+/// The key above every key the planner compares with (CouchDB's
+/// `<MAX>`): an object sorts after every other type.
+pub fn max_key() -> Value {
+    json!({"\u{fff0}\u{fff0}": "<MAX>"})
+}
+
+pub const NO_INDEX_WARNING: &str =
+    "No matching index found, create an index to optimize query time.";
+
+/// Why an index was or was not chosen (for `_explain`).
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub def: IndexDef,
+    pub usable: bool,
+    pub reason: &'static str,
+    pub ranking: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub index: IndexDef,
+    pub norm: Value,
+    /// Json index: key arrays; `_all_docs`: ids (as JSON strings).
+    pub start_key: Option<Value>,
+    pub end_key: Option<Value>,
+    pub descending: bool,
+    /// The requested fields are all in the index: documents not read.
+    pub covering: bool,
+    pub warnings: Vec<String>,
+    pub candidates: Vec<Candidate>,
+}
+
+fn columns(d: &IndexDef) -> Vec<&str> {
+    d.fields.iter().map(|(f, _)| f.as_str()).collect()
+}
+
+/// Leading fields with a range (all of an equality's successors count).
+fn prefix(d: &IndexDef, norm: &Value) -> usize {
+    let mut n = 0;
+    for (f, _) in &d.fields {
+        let r = range_of(norm, f);
+        if r.low.is_none() && r.high.is_none() {
+            break;
+        }
+        n += 1;
+        if !r.eq {
+            break;
+        }
+    }
+    n
+}
+
+/// Every index as unusable for a sort none serves (`_explain` then shows
+/// no index, where `_find` refuses).
+pub fn unusable_for_sort(defs: &[IndexDef]) -> Vec<Candidate> {
+    defs.iter()
+        .rev()
+        .map(|d| Candidate {
+            def: d.clone(),
+            usable: false,
+            reason: if d.kind == Kind::Special {
+                "field_mismatch"
+            } else {
+                "sort_order_mismatch"
+            },
+            ranking: 1,
+        })
+        .collect()
+}
+
+pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
+    if req.sort.windows(2).any(|w| w[0].1 != w[1].1) {
+        return Err(MangoError::invalid(
+            "unsupported_mixed_sort",
+            "Sorts currently only support a single direction for all fields.",
+        ));
+    }
+    let descending = req.sort.first().is_some_and(|(_, d)| *d == Dir::Desc);
+    let norm = normalize(&req.selector_json);
+    let required = required_fields(&norm);
+    let sort_fields: Vec<&str> = req.sort.iter().map(|(f, _)| f.as_str()).collect();
+    let named = |d: &IndexDef| {
+        req.use_index.as_ref().is_some_and(|u| {
+            d.ddoc.as_deref() == Some(u.ddoc.as_str())
+                && u.name.as_ref().is_none_or(|n| *n == d.name)
+        })
+    };
+    let usable_reason = |d: &IndexDef| -> Option<&'static str> {
+        match d.kind {
+            Kind::Special => {
+                let ok =
+                    sort_fields.is_empty() || (sort_fields == ["_id"] && required.contains("_id"));
+                (!ok).then_some("sort_order_mismatch")
+            }
+            Kind::Json => {
+                let cols = columns(d);
+                if cols
+                    .iter()
+                    .any(|c| !required.contains(*c) && !sort_fields.contains(c))
+                {
+                    return Some("field_mismatch");
+                }
+                if !sort_fields.is_empty() && !sort_served(&cols, &sort_fields, &norm) {
+                    return Some("sort_order_mismatch");
+                }
+                if d.partial.is_some() && !named(d) {
+                    return Some("is_partial");
+                }
+                None
+            }
+        }
+    };
+    let mut warnings = Vec::new();
+    let mut chosen: Option<&IndexDef> = None;
+    if let Some(u) = &req.use_index {
+        chosen = defs.iter().find(|d| named(d) && usable_reason(d).is_none());
+        if chosen.is_none() {
+            if !req.allow_fallback {
+                return Err(MangoError::invalid(
+                    "invalid_index",
+                    format!(
+                        "{} specified by `use_index` could not be found or it is not suitable.",
+                        u.display()
+                    ),
+                ));
+            }
+            warnings.push(match &u.name {
+                None => format!(
+                    "{} was not used because it does not contain a valid index for this query.",
+                    u.ddoc
+                ),
+                Some(_) => format!(
+                    "{} was not used because it is not a valid index for this query.",
+                    u.display()
+                ),
+            });
+        }
+    }
+    let mut usable: Vec<&IndexDef> = defs
+        .iter()
+        .filter(|d| d.kind == Kind::Json && usable_reason(d).is_none())
+        .collect();
+    usable.sort_by(|a, b| {
+        prefix(b, &norm)
+            .cmp(&prefix(a, &norm))
+            .then(a.fields.len().cmp(&b.fields.len()))
+            .then(a.ddoc.cmp(&b.ddoc))
+            .then(a.name.cmp(&b.name))
+    });
+    if chosen.is_none() {
+        chosen = usable.first().copied();
+    }
+    if chosen.is_none() {
+        let all_docs = defs.iter().find(|d| d.kind == Kind::Special);
+        match all_docs {
+            Some(a) if usable_reason(a).is_none() => {
+                if !req.allow_fallback
+                    && req.use_index.is_none()
+                    && !is_empty_combinator(&req.selector_json)
+                {
+                    return Err(MangoError::invalid(
+                        "invalid_index",
+                        "You must specify an index with the `use_index` parameter.",
+                    ));
+                }
+                chosen = Some(a);
+            }
+            _ => {
+                return Err(MangoError::NoUsableIndex(
+                    "No index exists for this sort, try indexing by the sort fields.".into(),
+                ))
+            }
+        }
+    }
+    let index = chosen.cloned().unwrap_or_else(IndexDef::all_docs);
+    if index.kind == Kind::Special {
+        warnings.push(NO_INDEX_WARNING.to_string());
+    }
+    let candidates = candidates(defs, &index, &usable, &usable_reason, &named, req, &norm);
+    let (start_key, end_key) = match index.kind {
+        Kind::Json => json_range(&index, &norm),
+        Kind::Special => {
+            let r = range_of(&norm, "_id");
+            (
+                r.low.filter(Value::is_string),
+                r.high.filter(Value::is_string),
+            )
+        }
+    };
+    let (start_key, end_key) = if descending {
+        (end_key, start_key)
+    } else {
+        (start_key, end_key)
+    };
+    let covering = index.kind == Kind::Json
+        && req.fields.as_ref().is_some_and(|f| {
+            let cols: BTreeSet<&str> = columns(&index).into_iter().collect();
+            let mut mentioned = BTreeSet::new();
+            all_fields(&norm, &mut mentioned);
+            f.iter().all(|x| x == "_id" || cols.contains(x.as_str()))
+                && mentioned
+                    .iter()
+                    .all(|x| x == "_id" || cols.contains(x.as_str()))
+        });
+    Ok(Plan {
+        index,
+        norm,
+        start_key,
+        end_key,
+        descending,
+        covering,
+        warnings,
+        candidates,
+    })
+}
+
+/// The indexes not chosen, as `_explain` lists them: the unusable ones
+/// (last in rank), then the usable ones best first.
+#[allow(clippy::too_many_arguments)]
+fn candidates(
+    defs: &[IndexDef],
+    chosen: &IndexDef,
+    usable: &[&IndexDef],
+    usable_reason: &dyn Fn(&IndexDef) -> Option<&'static str>,
+    named: &dyn Fn(&IndexDef) -> bool,
+    req: &FindRequest,
+    norm: &Value,
+) -> Vec<Candidate> {
+    let is_chosen = |d: &IndexDef| d.ddoc == chosen.ddoc && d.name == chosen.name;
+    let mut winners: Vec<Candidate> = Vec::new();
+    for d in usable.iter().filter(|d| !is_chosen(d)) {
+        let excluded = req.use_index.is_some() && !named(d);
+        let same = prefix(d, norm) == prefix(chosen, norm) && d.fields.len() == chosen.fields.len();
+        winners.push(Candidate {
+            def: (*d).clone(),
+            usable: true,
+            reason: if excluded {
+                "excluded_by_user"
+            } else if same && chosen.kind == Kind::Json {
+                "alphabetically_comes_after"
+            } else {
+                "less_overlap"
+            },
+            ranking: 0,
+        });
+    }
+    if let Some(a) = defs
+        .iter()
+        .find(|d| d.kind == Kind::Special && !is_chosen(d) && usable_reason(d).is_none())
+    {
+        let excluded = named(chosen);
+        let c = Candidate {
+            def: a.clone(),
+            usable: true,
+            reason: if excluded {
+                "excluded_by_user"
+            } else {
+                "unfavored_type"
+            },
+            ranking: 0,
+        };
+        if excluded {
+            winners.insert(0, c);
+        } else {
+            winners.push(c);
+        }
+    }
+    for (i, c) in winners.iter_mut().enumerate() {
+        c.ranking = i + 1;
+    }
+    let last = winners.len() + 1;
+    let mut out: Vec<Candidate> = defs
+        .iter()
+        .rev()
+        .filter(|d| !is_chosen(d))
+        .filter_map(|d| {
+            usable_reason(d).map(|r| Candidate {
+                def: d.clone(),
+                usable: false,
+                reason: if d.kind == Kind::Special {
+                    "field_mismatch"
+                } else {
+                    r
+                },
+                ranking: last,
+            })
+        })
+        .collect();
+    out.extend(winners);
+    out
+}
+
+/// Whether an index's order is the sort's: the sort fields follow the
+/// index's first fields, those before them each held to one value.
+fn sort_served(cols: &[&str], sort: &[&str], norm: &Value) -> bool {
+    (0..cols.len()).any(|k| {
+        cols.len() >= k + sort.len()
+            && cols[k..k + sort.len()] == *sort
+            && cols[..k].iter().all(|c| range_of(norm, c).eq)
+    })
+}
+
+/// `{"$and": []}` and friends: CouchDB answers them with no documents.
+pub fn is_empty_combinator(sel: &Value) -> bool {
+    sel.as_object().is_some_and(|m| {
+        m.len() == 1
+            && m.iter().all(|(k, v)| {
+                matches!(k.as_str(), "$and" | "$or" | "$nor")
+                    && v.as_array().is_some_and(Vec::is_empty)
+            })
+    })
+}
+
+/// CouchDB's key range over a json index's fields.
+fn json_range(index: &IndexDef, norm: &Value) -> (Option<Value>, Option<Value>) {
+    let ranges: Vec<_> = index
+        .fields
+        .iter()
+        .map(|(f, _)| range_of(norm, f))
+        .collect();
+    let mut start = Vec::new();
+    for r in &ranges {
+        match &r.low {
+            Some(l) => start.push(l.clone()),
+            None => break,
+        }
+        if !r.eq {
+            break;
+        }
+    }
+    let mut end = Vec::new();
+    let mut closed = false;
+    for r in &ranges {
+        match &r.high {
+            Some(h) => end.push(h.clone()),
+            None => {
+                end.push(max_key());
+                closed = true;
+                break;
+            }
+        }
+        if !r.eq {
+            end.push(max_key());
+            closed = true;
+            break;
+        }
+    }
+    if !closed {
+        end.push(max_key());
+    }
+    (Some(Value::Array(start)), Some(Value::Array(end)))
+}

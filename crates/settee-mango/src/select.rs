@@ -1,0 +1,286 @@
+//! What the planner needs to know of a selector: its normalised form (as
+//! CouchDB shows it), the fields a matching document must have, the fields
+//! it mentions at all, and the key range each field's conditions allow.
+//!
+//! Invariant: everything here reads the selector's JSON as given, after
+//! [`settee_core::selector::Selector::parse`] accepted it; nothing here
+//! decides whether a document matches (that is the parsed selector's job),
+//! so a wrong range here can only cost work (rows read and filtered out),
+//! never a wrong answer, as long as ranges are supersets.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+use settee_core::collate::collate;
+
+/// A field condition of the normalised selector: (dotted path, operator,
+/// argument).
+type FieldOp = (String, String, Value);
+
+/// The selector as CouchDB normalises it: every condition
+/// `{"path": {"$op": arg}}`, several at one level joined by `$and`,
+/// negations pushed into the conditions.
+pub fn normalize(sel: &Value) -> Value {
+    if sel.as_object().is_some_and(Map::is_empty) {
+        return sel.clone();
+    }
+    normalize_at(sel, "", false)
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn negate_op(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "$eq" => "$ne",
+        "$ne" => "$eq",
+        "$gt" => "$lte",
+        "$gte" => "$lt",
+        "$lt" => "$gte",
+        "$lte" => "$gt",
+        "$in" => "$nin",
+        "$nin" => "$in",
+        _ => return None,
+    })
+}
+
+fn cond(path: &str, op: &str, arg: Value, negated: bool) -> Value {
+    // The selectors of `$elemMatch` and friends are normalised too, on
+    // the element (the empty path).
+    let arg = match op {
+        "$elemMatch" | "$allMatch" | "$keyMapMatch" if arg.is_object() => {
+            normalize_at(&arg, "", false)
+        }
+        _ => arg,
+    };
+    let c = if negated {
+        match negate_op(op) {
+            Some(n) => json!({ n: arg }),
+            None => json!({"$not": { op: arg }}),
+        }
+    } else {
+        json!({ op: arg })
+    };
+    let mut m = Map::new();
+    m.insert(path.to_string(), c);
+    Value::Object(m)
+}
+
+/// One member's conditions (several joined by `$and`).
+fn one(mut conds: Vec<Value>) -> Value {
+    if conds.len() == 1 {
+        conds.pop().unwrap_or(Value::Null)
+    } else {
+        json!({ "$and": conds })
+    }
+}
+
+fn norm_members(v: &Value, path: &str, negated: bool) -> Vec<Value> {
+    let Value::Object(m) = v else {
+        return vec![cond(path, "$eq", v.clone(), negated)];
+    };
+    if m.is_empty() && !path.is_empty() {
+        return vec![cond(path, "$eq", v.clone(), negated)];
+    }
+    let mut out = Vec::new();
+    let ops_only = m.keys().all(|k| k.starts_with('$'));
+    for (k, x) in m {
+        let item = match k.as_str() {
+            "$and" | "$or" | "$nor" => {
+                let neg_items = k == "$nor";
+                let items: Vec<Value> = x
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|i| normalize_at(i, path, negated ^ neg_items))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let op = if k == "$nor" { "$and" } else { k.as_str() };
+                json!({ op: items })
+            }
+            "$not" => one(norm_members(x, path, !negated)),
+            op if op.starts_with('$') => cond(path, op, x.clone(), negated),
+            field => one(norm_members(x, &join(path, field), negated)),
+        };
+        out.push(item);
+    }
+    // `{"b": {"$gt": 1, "$lt": 5}}`: one field's operators are one member.
+    if ops_only && !path.is_empty() && out.len() > 1 {
+        return vec![json!({ "$and": out })];
+    }
+    out
+}
+
+fn normalize_at(v: &Value, path: &str, negated: bool) -> Value {
+    one(norm_members(v, path, negated))
+}
+
+/// The field conditions of the normalised selector's top-level
+/// conjunction (through nested `$and`s).
+fn conjunction(norm: &Value, out: &mut Vec<FieldOp>) {
+    let Value::Object(m) = norm else { return };
+    for (k, v) in m {
+        if k == "$and" {
+            for i in v.as_array().into_iter().flatten() {
+                conjunction(i, out);
+            }
+        } else if !k.starts_with('$') {
+            if let Some((op, arg)) = v.as_object().and_then(|c| c.iter().next()) {
+                out.push((k.clone(), op.clone(), arg.clone()));
+            }
+        }
+    }
+}
+
+/// Fields every matching document has: those with a condition in the
+/// top-level conjunction (any but `$exists: false`), and those required
+/// by every branch of an `$or`.
+pub fn required_fields(norm: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let Value::Object(m) = norm else { return out };
+    for (k, v) in m {
+        match k.as_str() {
+            "$and" => {
+                for i in v.as_array().into_iter().flatten() {
+                    out.extend(required_fields(i));
+                }
+            }
+            "$or" => {
+                let mut branches = v.as_array().into_iter().flatten().map(required_fields);
+                if let Some(first) = branches.next() {
+                    out.extend(branches.fold(first, |acc, b| &acc & &b));
+                }
+            }
+            "$nor" | "$not" => {}
+            field => {
+                let exists_false = v.get("$exists") == Some(&Value::Bool(false));
+                if !exists_false {
+                    out.insert(field.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every field the selector mentions.
+pub fn all_fields(norm: &Value, out: &mut BTreeSet<String>) {
+    match norm {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k.starts_with('$') {
+                    if matches!(k.as_str(), "$and" | "$or" | "$nor" | "$not") {
+                        all_fields(v, out);
+                    }
+                } else {
+                    out.insert(k.clone());
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| all_fields(i, out)),
+        _ => {}
+    }
+}
+
+/// CouchDB's hints: fields with range conditions (and `$exists`) in the
+/// conjunction, and the rest.
+pub fn hints(norm: &Value) -> (Vec<String>, Vec<String>) {
+    let mut conj = Vec::new();
+    conjunction(norm, &mut conj);
+    let mut indexable = BTreeSet::new();
+    for (f, op, _) in &conj {
+        if matches!(
+            op.as_str(),
+            "$eq" | "$gt" | "$gte" | "$lt" | "$lte" | "$exists" | "$beginsWith"
+        ) {
+            indexable.insert(f.clone());
+        }
+    }
+    let mut all = BTreeSet::new();
+    all_fields(norm, &mut all);
+    let mut unindexable: Vec<String> = all.difference(&indexable).cloned().collect();
+    unindexable.reverse();
+    (indexable.into_iter().rev().collect(), unindexable)
+}
+
+/// The range a field's conditions allow: bounds and whether it is one
+/// value.
+#[derive(Debug, Clone, Default)]
+pub struct FieldRange {
+    pub low: Option<Value>,
+    pub high: Option<Value>,
+    pub eq: bool,
+}
+
+/// The range of one field from the conjunction's conditions on it.
+pub fn range_of(norm: &Value, field: &str) -> FieldRange {
+    let mut conj = Vec::new();
+    conjunction(norm, &mut conj);
+    let mut r = FieldRange::default();
+    let tighter_low =
+        |cur: &Option<Value>, v: &Value| cur.as_ref().is_none_or(|c| collate(v, c).is_gt());
+    let tighter_high =
+        |cur: &Option<Value>, v: &Value| cur.as_ref().is_none_or(|c| collate(v, c).is_lt());
+    for (f, op, arg) in conj.iter().filter(|(f, _, _)| f == field) {
+        let _ = f;
+        match op.as_str() {
+            "$eq" => {
+                r.low = Some(arg.clone());
+                r.high = Some(arg.clone());
+                r.eq = true;
+                return r;
+            }
+            "$gt" | "$gte" if tighter_low(&r.low, arg) => r.low = Some(arg.clone()),
+            "$lt" | "$lte" if tighter_high(&r.high, arg) => r.high = Some(arg.clone()),
+            "$beginsWith" => {
+                if let Some(s) = arg.as_str() {
+                    r.low = Some(Value::String(s.to_string()));
+                    r.high = Some(Value::String(format!("{s}\u{fff0}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_as_couchdb_shows_it() {
+        assert_eq!(normalize(&json!({"t": "x"})), json!({"t": {"$eq": "x"}}));
+        assert_eq!(
+            normalize(&json!({"n": {"$gt": 1, "$lte": 3}})),
+            json!({"$and": [{"n": {"$gt": 1}}, {"n": {"$lte": 3}}]})
+        );
+        assert_eq!(
+            normalize(&json!({"a": {"$not": {"$gt": 1}}})),
+            json!({"a": {"$lte": 1}})
+        );
+        assert_eq!(
+            normalize(&json!({"a": {"b": 1}})),
+            json!({"a.b": {"$eq": 1}})
+        );
+        assert_eq!(
+            normalize(&json!({"$nor": [{"a": 1}], "$not": {"b": 2}})),
+            json!({"$and": [{"$and": [{"a": {"$ne": 1}}]}, {"b": {"$ne": 2}}]})
+        );
+    }
+
+    #[test]
+    fn required_fields_follow_or_branches() {
+        let n = normalize(&json!({"$or": [{"n": 1}, {"n": 3, "t": 1}], "u": {"$exists": false}}));
+        assert_eq!(
+            required_fields(&n).into_iter().collect::<Vec<_>>(),
+            vec!["n"]
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! Mango end to end, through the real server: `_find` answers checked
+//! against an independent filter over a generated corpus (with and without
+//! json indexes), bookmark paging through whole result sets, indexes
+//! following edits and deletions, sorts served by indexes, and the `_index`
+//! life cycle. (CouchDB's exact answers are the conformance goldens,
+//! `tests/conformance/scenarios/mango_*.scn`.)
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{shared, Server};
+use serde_json::{json, Value};
+
+fn post(s: &Server, path: &str, body: &Value) -> Value {
+    let r = s.admin("POST", path, Some(&body.to_string()));
+    assert_eq!(
+        r.status,
+        if path.ends_with("_bulk_docs") {
+            201
+        } else {
+            200
+        },
+        "POST {path} {body}: {r:?}"
+    );
+    r.json()
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v["docs"]
+        .as_array()
+        .expect("docs")
+        .iter()
+        .map(|d| d["_id"].as_str().expect("_id").to_string())
+        .collect()
+}
+
+/// A deterministic pseudo-random corpus: `n` 0..50 (missing on every
+/// 7th), `t` one of four strings, `o.b` a number or absent, `tags` an
+/// array.
+fn corpus(count: usize) -> Vec<Value> {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..count)
+        .map(|i| {
+            let r = next();
+            let t = ["red", "green", "blue", "Blue"][usize::try_from(r % 4).expect("small")];
+            let mut d = json!({"_id": format!("d{i:04}"), "t": t});
+            if i % 7 != 0 {
+                d["n"] = json!(r % 50);
+            }
+            if r % 3 == 0 {
+                d["o"] = json!({"b": (r >> 8) % 10});
+            }
+            d["tags"] = json!([format!("k{}", (r >> 16) % 5)]);
+            d
+        })
+        .collect()
+}
+
+type Check = fn(&Value) -> bool;
+
+fn num(d: &Value, f: &str) -> Option<u64> {
+    d.get(f).and_then(Value::as_u64)
+}
+
+/// Selectors with an independent statement of what they select.
+fn cases() -> Vec<(Value, Check)> {
+    vec![
+        (json!({"n": 7}), |d| num(d, "n") == Some(7)),
+        (json!({"n": {"$gt": 40}}), |d| {
+            num(d, "n").is_some_and(|n| n > 40)
+        }),
+        (json!({"n": {"$gte": 10, "$lt": 12}}), |d| {
+            num(d, "n").is_some_and(|n| (10..12).contains(&n))
+        }),
+        (json!({"t": "blue", "n": {"$lte": 5}}), |d| {
+            d["t"] == "blue" && num(d, "n").is_some_and(|n| n <= 5)
+        }),
+        (
+            json!({"t": {"$in": ["red", "Blue"]}, "n": {"$gt": 45}}),
+            |d| (d["t"] == "red" || d["t"] == "Blue") && num(d, "n").is_some_and(|n| n > 45),
+        ),
+        (json!({"$or": [{"n": 1}, {"o.b": 3}]}), |d| {
+            num(d, "n") == Some(1) || d["o"]["b"] == 3
+        }),
+        (json!({"n": {"$exists": false}}), |d| d.get("n").is_none()),
+        (json!({"o": {"b": {"$gte": 8}}}), |d| {
+            d["o"]["b"].as_u64().is_some_and(|b| b >= 8)
+        }),
+        (
+            json!({"tags": {"$elemMatch": {"$eq": "k2"}}, "n": {"$lt": 10}}),
+            |d| d["tags"][0] == "k2" && num(d, "n").is_some_and(|n| n < 10),
+        ),
+        (
+            json!({"t": {"$regex": "^[Bb]lue$"}, "n": {"$ne": 3}}),
+            |d| (d["t"] == "blue" || d["t"] == "Blue") && num(d, "n").is_some_and(|n| n != 3),
+        ),
+        (json!({"n": {"$mod": [10, 3]}}), |d| {
+            num(d, "n").is_some_and(|n| n % 10 == 3)
+        }),
+        (
+            json!({"$nor": [{"t": "red"}, {"t": "green"}], "n": {"$gt": 30}}),
+            |d| d["t"] != "red" && d["t"] != "green" && num(d, "n").is_some_and(|n| n > 30),
+        ),
+    ]
+}
+
+fn check_corpus(s: &Server, db: &str, docs: &[Value], stage: &str) {
+    for (selector, check) in cases() {
+        let got = post(
+            s,
+            &format!("/{db}/_find"),
+            &json!({"selector": selector, "limit": 10_000}),
+        );
+        let got: BTreeSet<String> = ids(&got).into_iter().collect();
+        let want: BTreeSet<String> = docs
+            .iter()
+            .filter(|d| check(d))
+            .map(|d| d["_id"].as_str().expect("id").to_string())
+            .collect();
+        assert_eq!(got, want, "{stage}: {selector}");
+    }
+}
+
+#[test]
+fn find_agrees_with_an_independent_filter_with_and_without_indexes() {
+    let s = shared();
+    let db = "m_corpus";
+    s.create_db(db);
+    let mut docs = corpus(600);
+    post(s, &format!("/{db}/_bulk_docs"), &json!({ "docs": docs }));
+    check_corpus(s, db, &docs, "no index");
+    for (fields, name) in [
+        (json!(["n"]), "n"),
+        (json!(["t", "n"]), "tn"),
+        (json!(["o.b"]), "ob"),
+    ] {
+        let r = post(
+            s,
+            &format!("/{db}/_index"),
+            &json!({"index": {"fields": fields}, "ddoc": "ix", "name": name}),
+        );
+        assert_eq!(r["result"], "created");
+    }
+    let explained = post(
+        s,
+        &format!("/{db}/_explain"),
+        &json!({"selector": {"t": "blue", "n": {"$lte": 5}}}),
+    );
+    assert_eq!(explained["index"]["name"], "tn", "{explained}");
+    check_corpus(s, db, &docs, "indexed");
+    // Edit a third of the documents and delete a tenth: the indexes follow.
+    let all = s
+        .admin("GET", &format!("/{db}/_all_docs?startkey=%22d%22"), None)
+        .json();
+    let mut changes = Vec::new();
+    for (i, row) in all["rows"].as_array().expect("rows").iter().enumerate() {
+        let rev = row["value"]["rev"].clone();
+        if i % 10 == 0 {
+            changes.push(json!({"_id": row["id"], "_rev": rev, "_deleted": true}));
+            docs[i] = json!({"_id": row["id"], "_deleted": true});
+        } else if i % 3 == 0 {
+            let mut d = docs[i].clone();
+            d["n"] = json!((i * 7) % 50);
+            d["t"] = json!("green");
+            docs[i] = d.clone();
+            d["_rev"] = rev;
+            changes.push(d);
+        }
+    }
+    post(s, &format!("/{db}/_bulk_docs"), &json!({ "docs": changes }));
+    docs.retain(|d| d.get("_deleted").is_none());
+    check_corpus(s, db, &docs, "after edits");
+}
+
+#[test]
+fn bookmarks_page_through_whole_answers() {
+    let s = shared();
+    let db = "m_pages";
+    s.create_db(db);
+    let docs: Vec<Value> = (0..230)
+        .map(|i| json!({"_id": format!("p{i:03}"), "v": (i * 37) % 100}))
+        .collect();
+    post(s, &format!("/{db}/_bulk_docs"), &json!({ "docs": docs }));
+    post(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"index": {"fields": ["v"]}, "ddoc": "v", "name": "v"}),
+    );
+    for (selector, sort) in [
+        (json!({"v": {"$gte": 10}}), json!([])),
+        (json!({"v": {"$gte": 10}}), json!([{"v": "desc"}])),
+        (json!({"_id": {"$gt": "p050"}}), json!([])),
+    ] {
+        let whole = post(
+            s,
+            &format!("/{db}/_find"),
+            &json!({"selector": selector, "sort": sort, "limit": 1000, "fields": ["_id", "v"]}),
+        );
+        let mut paged = Vec::new();
+        let mut bookmark: Option<String> = None;
+        for _ in 0..100 {
+            let mut q =
+                json!({"selector": selector, "sort": sort, "limit": 17, "fields": ["_id", "v"]});
+            if let Some(b) = &bookmark {
+                q["bookmark"] = json!(b);
+            }
+            let page = post(s, &format!("/{db}/_find"), &q);
+            let got = page["docs"].as_array().expect("docs").clone();
+            if got.is_empty() {
+                break;
+            }
+            paged.extend(got);
+            bookmark = page["bookmark"].as_str().map(str::to_string);
+        }
+        assert_eq!(Value::Array(paged), whole["docs"], "{selector} {sort}");
+    }
+}
+
+#[test]
+fn sorts_need_an_index_and_use_its_order() {
+    let s = shared();
+    let db = "m_sort";
+    s.create_db(db);
+    let docs: Vec<Value> = (0..50)
+        .map(|i| json!({"_id": format!("s{i:02}"), "k": (i * 13) % 50, "g": i % 2}))
+        .collect();
+    post(s, &format!("/{db}/_bulk_docs"), &json!({ "docs": docs }));
+    let r = s.admin(
+        "POST",
+        &format!("/{db}/_find"),
+        Some(&json!({"selector": {"k": {"$gt": 0}}, "sort": ["k"]}).to_string()),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"], "no_usable_index");
+    post(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"index": {"fields": ["g", "k"]}, "ddoc": "gk", "name": "gk"}),
+    );
+    let asc = post(
+        s,
+        &format!("/{db}/_find"),
+        &json!({"selector": {"g": 1, "k": {"$gt": 10}}, "sort": ["k"], "fields": ["k"], "limit": 100}),
+    );
+    let ks: Vec<u64> = asc["docs"]
+        .as_array()
+        .expect("docs")
+        .iter()
+        .map(|d| d["k"].as_u64().expect("k"))
+        .collect();
+    let mut want: Vec<u64> = (0..50u64)
+        .filter(|i| i % 2 == 1)
+        .map(|i| (i * 13) % 50)
+        .filter(|k| *k > 10)
+        .collect();
+    want.sort_unstable();
+    assert_eq!(ks, want);
+    let desc = post(
+        s,
+        &format!("/{db}/_find"),
+        &json!({"selector": {"g": 1, "k": {"$gt": 10}}, "sort": [{"g": "desc"}, {"k": "desc"}], "fields": ["k"], "limit": 100}),
+    );
+    let kd: Vec<u64> = desc["docs"]
+        .as_array()
+        .expect("docs")
+        .iter()
+        .map(|d| d["k"].as_u64().expect("k"))
+        .collect();
+    want.reverse();
+    assert_eq!(kd, want);
+    // Deleting the index: the sort is refused again.
+    let r = s.admin("DELETE", &format!("/{db}/_index/gk/json/gk"), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = s.admin(
+        "POST",
+        &format!("/{db}/_find"),
+        Some(&json!({"selector": {"g": 1}, "sort": ["k"]}).to_string()),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        s.admin("GET", &format!("/{db}/_design/gk"), None).status,
+        404
+    );
+}
