@@ -137,6 +137,26 @@ impl IndexSpace {
         }
     }
 
+    /// The approximate bytes the keys in `[from, to)` take in the store.
+    pub fn approximate_size(&self, from: &[u8], to: &[u8]) -> u64 {
+        let db = self.shared.db;
+        self.shared
+            .store
+            .approximate_size(Keyspace::Views, &full_key(db, from), &full_key(db, to))
+    }
+
+    /// Compacts the keys in `[from, to)`: the store rewrites them without
+    /// the versions and deletions no reader needs any more.
+    pub fn compact(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        self.check()?;
+        let db = self.shared.db;
+        self.shared.poison.guard(self.shared.store.compact_range(
+            Keyspace::Views,
+            &full_key(db, from),
+            &full_key(db, to),
+        ))
+    }
+
     /// Writes a batch atomically, without fsync (see the module doc).
     pub fn write(&self, batch: IndexBatch) -> Result<()> {
         self.check()?;

@@ -77,6 +77,8 @@ pub struct Index {
     pub waiting: AtomicU64,
     /// Block counts cached for `offset`.
     pub(crate) offsets: Offsets,
+    /// A `_compact/{ddoc}` is rewriting the index's keys.
+    pub compacting: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Index {
@@ -103,6 +105,7 @@ impl Index {
             progress: Progress::default(),
             waiting: AtomicU64::new(0),
             offsets: Offsets::default(),
+            compacting: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

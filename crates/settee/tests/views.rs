@@ -502,3 +502,38 @@ fn large_answers_of_current_indexes_are_whole() {
         assert_eq!(sorted.len(), ids.len(), "{path}: duplicated rows");
     }
 }
+
+/// `_info` reports the index's stored size; `_compact/{ddoc}` compacts it
+/// in the background and the index answers as before.
+#[test]
+fn view_info_sizes_and_compaction() {
+    let s = shared();
+    let db = "v_compact";
+    setup(s, db, 2000);
+    let before = get(s, &format!("/{db}/_design/d/_view/by_n?limit=3&skip=100"));
+    let r = s.admin("POST", &format!("/{db}/_compact/d"), Some("{}"));
+    assert_eq!(r.status, 202, "{r:?}");
+    let mut done = false;
+    for _ in 0..100 {
+        let info = get(s, &format!("/{db}/_design/d/_info"));
+        if info["view_index"]["compact_running"] == false {
+            done = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(done, "compaction still running after 5 s");
+    // Compaction moved the index into files, where sizes are counted.
+    let info = get(s, &format!("/{db}/_design/d/_info"));
+    let size = info["view_index"]["sizes"]["active"]
+        .as_u64()
+        .expect("size");
+    assert!(size > 0, "{info}");
+    assert_eq!(info["view_index"]["sizes"]["file"].as_u64(), Some(size));
+    assert_eq!(
+        get(s, &format!("/{db}/_design/d/_view/by_n?limit=3&skip=100")),
+        before
+    );
+    let r = s.admin("POST", &format!("/{db}/_compact/nope"), Some("{}"));
+    assert_eq!(r.status, 404);
+}

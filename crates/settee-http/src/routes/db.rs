@@ -209,12 +209,20 @@ pub async fn compact_views(
     let db = app.db(name)?;
     req.require_json_ctype()?;
     let id = format!("_design/{ddoc}");
-    let exists = tokio::task::spawn_blocking(move || db.reader()?.rev_tree(&id))
+    let (check_db, check_id) = (db.clone(), id.clone());
+    let exists = tokio::task::spawn_blocking(move || check_db.reader()?.rev_tree(&check_id))
         .await??
         .is_some();
     if !exists {
         return Err(ApiError::not_found("missing"));
     }
+    // As CouchDB: accepted, then compacted in the background.
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = app.views.compact(&db, &id) {
+            tracing::info!(db = %db.name(), ddoc = %id, error = %e, "view compaction not done");
+        }
+    });
     Ok(ok_json(StatusCode::ACCEPTED))
 }
 
