@@ -367,8 +367,9 @@ pub fn field_value<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
 }
 
 /// Splits a field name on unescaped dots; a backslash makes the next
-/// character literal, so `a\.b` names the single field `a.b`.
-fn parse_field_name(name: &str) -> Result<Vec<String>, SelectorError> {
+/// character literal, so `a\.b` names the single field `a.b`. Empty
+/// segments are kept (see [`parse_field_path`] for the checked form).
+pub fn split_field_path(name: &str) -> Vec<String> {
     let mut segments = Vec::new();
     let mut current = String::new();
     let mut chars = name.chars();
@@ -380,6 +381,12 @@ fn parse_field_name(name: &str) -> Result<Vec<String>, SelectorError> {
         }
     }
     segments.push(current);
+    segments
+}
+
+/// [`split_field_path`], refusing empty segments.
+fn parse_field_name(name: &str) -> Result<Vec<String>, SelectorError> {
+    let segments = split_field_path(name);
     if segments.iter().any(String::is_empty) {
         return Err(SelectorError::InvalidFieldName(name.to_owned()));
     }

@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use settee_core::doc::Doc;
 use settee_db::json::{push_doc, Extras};
-use settee_db::{Database, GetOptions, IdRange};
+use settee_db::{Database, DocRead, GetOptions, IdRange};
 use sha1::{Digest, Sha1};
 
 use crate::erl::{term, Style};
 use crate::error::{MangoError, Result};
-use crate::request::{sort, Dir};
+use crate::request::{check_keys, sort, Dir};
 use crate::select::normalize;
 
 /// What kind of index.
@@ -151,9 +151,7 @@ fn design_docs(db: &Database) -> Result<Vec<Value>> {
     let mut failed = None;
     reader.all_docs(&range, true, false, &mut |row| {
         if let Some(d) = &row.doc {
-            let mut text = String::new();
-            push_doc(&mut text, d, Extras::default());
-            match serde_json::from_str(&text) {
+            match doc_value(d) {
                 Ok(v) => out.push(v),
                 Err(e) => {
                     failed = Some(e.to_string());
@@ -172,19 +170,20 @@ fn design_docs(db: &Database) -> Result<Vec<Value>> {
     }
 }
 
+/// A document read, as JSON.
+pub(crate) fn doc_value(d: &DocRead) -> Result<Value> {
+    let mut text = String::new();
+    push_doc(&mut text, d, Extras::default());
+    serde_json::from_str(&text).map_err(|e| MangoError::Server {
+        error: "unknown_error",
+        reason: e.to_string(),
+    })
+}
+
 /// A document as JSON, or None when missing or deleted.
 fn read(db: &Database, id: &str) -> Result<Option<Value>> {
     match db.latest_reader()?.get(id, &GetOptions::default()) {
-        Ok(d) if !d.deleted => {
-            let mut text = String::new();
-            push_doc(&mut text, &d, Extras::default());
-            serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| MangoError::Server {
-                    error: "unknown_error",
-                    reason: e.to_string(),
-                })
-        }
+        Ok(d) if !d.deleted => doc_value(&d).map(Some),
         Ok(_) | Err(settee_db::Error::NotFound(_)) => Ok(None),
         Err(e) => Err(e.into()),
     }
@@ -217,12 +216,7 @@ const INDEX_KEYS: [&str; 6] = ["index", "ddoc", "name", "type", "partitioned", "
 
 impl NewIndex {
     pub fn parse(body: &Map<String, Value>) -> Result<NewIndex> {
-        if let Some(k) = body.keys().find(|k| !INDEX_KEYS.contains(&k.as_str())) {
-            return Err(MangoError::invalid(
-                "invalid_key",
-                format!("Invalid key {k} for this request."),
-            ));
-        }
+        check_keys(body, &INDEX_KEYS)?;
         let index = body.get("index").ok_or_else(|| {
             MangoError::invalid("missing_required_key", "Missing required key: index")
         })?;

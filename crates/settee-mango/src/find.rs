@@ -15,13 +15,13 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 use settee_core::collate::collate;
-use settee_db::json::{push_doc, Extras};
-use settee_db::{Database, DocRead, IdRange};
+use settee_core::selector::split_field_path;
+use settee_db::{Database, IdRange};
 use settee_views::args::{Update, ViewArgs};
 use settee_views::registry::Views;
 
-use crate::defs::Kind;
-use crate::error::{MangoError, Result};
+use crate::defs::{doc_value, Kind};
+use crate::error::Result;
 use crate::plan::{is_empty_combinator, Plan};
 use crate::request::{Bookmark, FindRequest};
 
@@ -44,31 +44,6 @@ pub struct Found {
     pub bookmark: Option<Bookmark>,
     pub stats: Stats,
     pub elapsed_ms: f64,
-}
-
-fn doc_json(d: &DocRead) -> Result<Value> {
-    let mut text = String::new();
-    push_doc(&mut text, d, Extras::default());
-    serde_json::from_str(&text).map_err(|e| MangoError::Server {
-        error: "unknown_error",
-        reason: e.to_string(),
-    })
-}
-
-/// Splits a field name on unescaped dots (`a\.b` is one field).
-pub fn split_path(name: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut chars = name.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => cur.push(chars.next().unwrap_or('\\')),
-            '.' => out.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out
 }
 
 fn lookup<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
@@ -105,7 +80,7 @@ fn project(doc: Value, fields: Option<&[String]>) -> Value {
     };
     let mut out = Map::new();
     for f in fields {
-        let path = split_path(f);
+        let path = split_field_path(f);
         if let Some(v) = lookup(&doc, &path) {
             insert(&mut out, &path, v.clone());
         }
@@ -120,7 +95,7 @@ fn from_key(plan: &Plan, id: &str, key: &Value) -> Value {
     m.insert("_id".into(), Value::String(id.to_string()));
     if let Value::Array(vals) = key {
         for ((f, _), v) in plan.index.fields.iter().zip(vals) {
-            insert(&mut m, &split_path(f), v.clone());
+            insert(&mut m, &split_field_path(f), v.clone());
         }
     }
     Value::Object(m)
@@ -215,7 +190,7 @@ fn all_docs(db: &Database, req: &FindRequest, plan: &Plan, c: &mut Collector<'_>
             let matches = row
                 .doc
                 .as_ref()
-                .and_then(|d| doc_json(d).ok())
+                .and_then(|d| doc_value(d).ok())
                 .is_some_and(|doc| req.selector.matches(&doc));
             if !matches {
                 c.stats.keys += 1;
@@ -226,7 +201,7 @@ fn all_docs(db: &Database, req: &FindRequest, plan: &Plan, c: &mut Collector<'_>
         let Some(d) = &row.doc else { return true };
         c.stats.keys += 1;
         c.stats.docs += 1;
-        match doc_json(d) {
+        match doc_value(d) {
             Ok(doc) => c.offer(doc, Value::String(row.id.clone()), &row.id),
             Err(e) => {
                 failed = Some(e);
@@ -289,7 +264,7 @@ fn json_index(
         } else {
             let Some(d) = doc else { return Ok(true) };
             c.stats.docs += 1;
-            match doc_json(&d) {
+            match doc_value(&d) {
                 Ok(v) => v,
                 Err(e) => {
                     failed = Some(e);

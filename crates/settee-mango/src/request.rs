@@ -125,12 +125,7 @@ pub struct FindRequest {
 
 impl FindRequest {
     pub fn parse(body: &Map<String, Value>) -> Result<FindRequest> {
-        if let Some(k) = body.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(MangoError::invalid(
-                "invalid_key",
-                format!("Invalid key {k} for this request."),
-            ));
-        }
+        check_keys(body, &KEYS)?;
         let selector_json = body
             .get("selector")
             .ok_or_else(|| {
@@ -257,6 +252,17 @@ impl FindRequest {
             allow_fallback,
             given,
         })
+    }
+}
+
+/// CouchDB's `invalid_key` for a body member a request does not take.
+pub fn check_keys(body: &Map<String, Value>, allowed: &[&str]) -> Result<()> {
+    match body.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(MangoError::invalid(
+            "invalid_key",
+            format!("Invalid key {k} for this request."),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -367,15 +367,26 @@ pub(crate) fn rows_below(
     let Some((boundary, _)) = last else {
         return Ok(0);
     };
+    Ok(below + rows_from_boundary(snap, sig, view, &boundary, key)?)
+}
+
+/// Rows of a view from a block boundary up to (not including) `key`.
+pub(crate) fn rows_from_boundary(
+    snap: &IndexSnapshot,
+    sig: &[u8; 16],
+    view: u16,
+    boundary: &[u8],
+    key: &[u8],
+) -> Result<u64> {
     let rows_prefix = layout::view_prefix(sig, view);
-    let from = [&rows_prefix[..], &boundary].concat();
+    let from = [&rows_prefix[..], boundary].concat();
     let upto = [&rows_prefix[..], key].concat();
     let mut within = 0u64;
     snap.scan(&from, Some(&upto), false, &mut |_, _| {
         within += 1;
         Ok(true)
     })?;
-    Ok(below + within)
+    Ok(within)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use settee_db::IndexSnapshot;
 
 use crate::blocks::{self, block_prefix};
 use crate::error::Result;
-use crate::layout::{self, IndexState};
+use crate::layout::IndexState;
 
 /// Most bytes of boundaries cached per view.
 pub const TABLE_BYTES_MAX: usize = 32 << 20;
@@ -82,14 +82,7 @@ impl Table {
         let Some(i) = i.checked_sub(1) else {
             return Ok(0);
         };
-        let rows_prefix = layout::view_prefix(sig, view);
-        let from = [&rows_prefix[..], &self.boundaries[i]].concat();
-        let upto = [&rows_prefix[..], key].concat();
-        let mut within = 0u64;
-        snap.scan(&from, Some(&upto), false, &mut |_, _| {
-            within += 1;
-            Ok(true)
-        })?;
+        let within = blocks::rows_from_boundary(snap, sig, view, &self.boundaries[i], key)?;
         Ok(self.below[i] + within)
     }
 }

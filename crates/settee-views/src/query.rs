@@ -243,38 +243,26 @@ impl Query<'_> {
         buf.push(',');
         self.push_update_seq(buf);
         buf.push_str("\"rows\":[");
-        let mut skip = self.args.skip;
-        let mut left = self.args.limit;
         let mut first = true;
         let mut alive = true;
-        for range in ranges.iter().filter(|r| !r.is_empty()) {
-            if left == 0 || !alive {
-                break;
+        self.selected_rows(&ranges, &mut |row| {
+            let buf = out.buf();
+            buf.push_str(if first { "\r\n" } else { ",\r\n" });
+            first = false;
+            buf.push_str("{\"id\":");
+            push_str(buf, &row.id);
+            buf.push_str(",\"key\":");
+            buf.push_str(&row.key);
+            buf.push_str(",\"value\":");
+            buf.push_str(&row.value);
+            if self.args.include_docs {
+                buf.push_str(",\"doc\":");
+                self.push_linked_doc(buf, &row)?;
             }
-            self.scan(range, &mut |_, row| {
-                if skip > 0 {
-                    skip -= 1;
-                    return Ok(true);
-                }
-                let buf = out.buf();
-                buf.push_str(if first { "\r\n" } else { ",\r\n" });
-                first = false;
-                buf.push_str("{\"id\":");
-                push_str(buf, &row.id);
-                buf.push_str(",\"key\":");
-                buf.push_str(&row.key);
-                buf.push_str(",\"value\":");
-                buf.push_str(&row.value);
-                if self.args.include_docs {
-                    buf.push_str(",\"doc\":");
-                    self.push_linked_doc(buf, &row)?;
-                }
-                buf.push('}');
-                left -= 1;
-                alive = out.row_done();
-                Ok(alive && left > 0)
-            })?;
-        }
+            buf.push('}');
+            alive = out.row_done();
+            Ok(alive)
+        })?;
         if alive {
             out.buf().push_str("\r\n]}");
         }
@@ -291,7 +279,31 @@ impl Query<'_> {
         visit: &mut dyn FnMut(RowValue, Option<DocRead>) -> Result<bool>,
     ) -> Result<()> {
         check_range(self.args, self.collation())?;
-        let ranges = ranges(self);
+        self.selected_rows(&ranges(self), &mut |row| {
+            let doc = if self.args.include_docs {
+                let opts = GetOptions {
+                    conflicts: self.args.conflicts,
+                    ..GetOptions::default()
+                };
+                match self.docs.get(&row.id, &opts) {
+                    Ok(d) if !d.deleted => Some(d),
+                    Ok(_) | Err(settee_db::Error::NotFound(_)) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                None
+            };
+            visit(row, doc)
+        })
+    }
+
+    /// Visits the rows of `ranges` in order after `skip`, at most `limit`
+    /// of them; `visit` returns false to stop.
+    fn selected_rows(
+        &self,
+        ranges: &[ByteRange],
+        visit: &mut dyn FnMut(RowValue) -> Result<bool>,
+    ) -> Result<()> {
         let mut skip = self.args.skip;
         let mut left = self.args.limit;
         let mut alive = true;
@@ -304,21 +316,8 @@ impl Query<'_> {
                     skip -= 1;
                     return Ok(true);
                 }
-                let doc = if self.args.include_docs {
-                    let opts = GetOptions {
-                        conflicts: self.args.conflicts,
-                        ..GetOptions::default()
-                    };
-                    match self.docs.get(&row.id, &opts) {
-                        Ok(d) if !d.deleted => Some(d),
-                        Ok(_) | Err(settee_db::Error::NotFound(_)) => None,
-                        Err(e) => return Err(e.into()),
-                    }
-                } else {
-                    None
-                };
                 left -= 1;
-                alive = visit(row, doc)?;
+                alive = visit(row)?;
                 Ok(alive && left > 0)
             })?;
         }

@@ -144,12 +144,7 @@ impl Views {
         args: &ViewArgs,
         out: &mut dyn Out,
     ) -> Result<()> {
-        let (index, view_no) = self.resolve(db, ddoc_id, view, args)?;
-        if args.update == Update::True {
-            index.update(db, &self.js)?;
-        }
-        let snap = index.space().snapshot()?;
-        let state = index.state(&snap)?;
+        let (index, view_no, snap, state) = self.open(db, ddoc_id, view, args)?;
         self.answer(db, index, view_no, args, &snap, &state, out)
     }
 
@@ -197,12 +192,7 @@ impl Views {
         args: &ViewArgs,
         visit: &mut dyn FnMut(RowValue, Option<DocRead>) -> Result<bool>,
     ) -> Result<()> {
-        let (index, view_no) = self.resolve(db, ddoc_id, view, args)?;
-        if args.update == Update::True {
-            index.update(db, &self.js)?;
-        }
-        let snap = index.space().snapshot()?;
-        let state = index.state(&snap)?;
+        let (index, view_no, snap, state) = self.open(db, ddoc_id, view, args)?;
         let docs = db.reader()?;
         Query {
             index: &index,
@@ -214,6 +204,24 @@ impl Views {
             js: &self.js,
         }
         .each_row(visit)
+    }
+
+    /// The index and view a query names, brought up to date as
+    /// `args.update` says, with a snapshot of it and its state there.
+    fn open(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        view: &str,
+        args: &ViewArgs,
+    ) -> Result<(Arc<Index>, u16, IndexSnapshot, IndexState)> {
+        let (index, view_no) = self.resolve(db, ddoc_id, view, args)?;
+        if args.update == Update::True {
+            index.update(db, &self.js)?;
+        }
+        let snap = index.space().snapshot()?;
+        let state = index.state(&snap)?;
+        Ok((index, view_no, snap, state))
     }
 
     /// The index and view number a query names, with its arguments checked.
