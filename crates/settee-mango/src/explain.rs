@@ -134,7 +134,7 @@ pub fn describe(dbname: &str, req: &FindRequest, plan: &Plan) -> Value {
         ),
     };
     let candidates: Vec<Value> = plan.candidates.iter().map(|c| candidate(c, req)).collect();
-    json!({
+    let mut out = json!({
         "dbname": dbname,
         "index": plan.index.to_json(),
         "partitioned": false,
@@ -158,5 +158,16 @@ pub fn describe(dbname: &str, req: &FindRequest, plan: &Plan) -> Value {
         "covering": plan.covering,
         "index_candidates": candidates,
         "selector_hints": hints_json(&plan.norm),
-    })
+    });
+    // Beyond CouchDB: the key ranges really read, when they are not
+    // mrargs' one range (an `$in` or `$or` read as several).
+    if plan.index.kind == Kind::Json && plan.ranges.len() != 1 {
+        let ranges: Vec<Value> = plan
+            .ranges
+            .iter()
+            .map(|(s, e)| json!({"start_key": show_key(s), "end_key": show_key(e)}))
+            .collect();
+        out["ranges"] = Value::Array(ranges);
+    }
+    out
 }

@@ -220,22 +220,7 @@ fn json_index(
     c: &mut Collector<'_>,
 ) -> Result<()> {
     let ddoc = plan.index.ddoc.clone().unwrap_or_default();
-    let (mut start, end) = (plan.start_key.clone(), plan.end_key.clone());
-    if let (Some(s), Some(e)) = (&start, &end) {
-        let order = collate(s, e);
-        if (order.is_gt() && !plan.descending) || (order.is_lt() && plan.descending) {
-            return Ok(());
-        }
-    }
-    let mut start_docid = None;
-    if let Some(b) = &req.bookmark {
-        start = Some(b.key.clone());
-        start_docid = Some(b.id.clone());
-    }
-    let args = ViewArgs {
-        start_key: start,
-        end_key: end,
-        start_docid,
+    let base = ViewArgs {
         inclusive_end: true,
         descending: plan.descending,
         include_docs: !plan.covering,
@@ -248,9 +233,13 @@ fn json_index(
         },
         ..ViewArgs::default()
     };
+    let queries = range_queries(plan, req.bookmark.as_ref(), &base);
+    if queries.is_empty() {
+        return Ok(());
+    }
     let bookmark = req.bookmark.clone();
     let mut failed = None;
-    views.each_row(db, &ddoc, &plan.index.name, &args, &mut |row, doc| {
+    views.each_row_of(db, &ddoc, &plan.index.name, &queries, &mut |row, doc| {
         let key: Value = serde_json::from_str(&row.key).unwrap_or(Value::Null);
         if bookmark
             .as_ref()
@@ -275,6 +264,43 @@ fn json_index(
         Ok(c.offer(doc, key, &row.id))
     })?;
     failed.map_or(Ok(()), Err)
+}
+
+/// The view queries that read a plan's ranges in order, resuming after
+/// the bookmark's row: ranges wholly before it are left out, the one
+/// holding it starts there. Empty ranges (start past end) are left out.
+fn range_queries(plan: &Plan, bookmark: Option<&Bookmark>, base: &ViewArgs) -> Vec<ViewArgs> {
+    // Ordering of a before b in reading order.
+    let before = |a: &Value, b: &Value| {
+        let o = collate(a, b);
+        if plan.descending {
+            o.is_gt()
+        } else {
+            o.is_lt()
+        }
+    };
+    let mut out = Vec::new();
+    let mut resume = bookmark;
+    for (start, end) in &plan.ranges {
+        if before(end, start) {
+            continue;
+        }
+        let mut args = base.clone();
+        args.start_key = Some(start.clone());
+        args.end_key = Some(end.clone());
+        if let Some(b) = resume {
+            if before(end, &b.key) {
+                continue;
+            }
+            if !before(&b.key, start) {
+                args.start_key = Some(b.key.clone());
+                args.start_docid = Some(b.id.clone());
+            }
+            resume = None;
+        }
+        out.push(args);
+    }
+    out
 }
 
 /// The answer's JSON.

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::defs::{IndexDef, Kind};
 use crate::error::{MangoError, Result};
 use crate::request::{Dir, FindRequest};
-use crate::select::{all_fields, normalize, range_of, required_fields};
+use crate::select::{all_fields, alternatives, normalize, range_of, required_fields, FieldRange};
 
 /// The key above every key the planner compares with (CouchDB's
 /// `<MAX>`): an object sorts after every other type.
@@ -43,6 +43,10 @@ pub struct Plan {
     /// Json index: key arrays; `_all_docs`: ids (as JSON strings).
     pub start_key: Option<Value>,
     pub end_key: Option<Value>,
+    /// Json index: the key ranges read, in reading order (start, end) —
+    /// CouchDB's one range, or (beyond CouchDB) one per value or branch
+    /// of an `$in` or `$or` on the first field that is not one value.
+    pub ranges: Vec<(Value, Value)>,
     pub descending: bool,
     /// The requested fields are all in the index: documents not read.
     pub covering: bool,
@@ -197,8 +201,21 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         warnings.push(NO_INDEX_WARNING.to_string());
     }
     let candidates = candidates(defs, &index, &usable, &usable_reason, &named, req, &norm);
+    let mut ranges = match index.kind {
+        Kind::Json => json_ranges(&index, &norm),
+        Kind::Special => Vec::new(),
+    };
+    if descending {
+        ranges.reverse();
+        for (s, e) in &mut ranges {
+            std::mem::swap(s, e);
+        }
+    }
     let (start_key, end_key) = match index.kind {
-        Kind::Json => json_range(&index, &norm),
+        Kind::Json => {
+            let (s, e) = key_range(&field_ranges(&index, &norm));
+            (Some(s), Some(e))
+        }
         Kind::Special => {
             let r = range_of(&norm, "_id");
             (
@@ -227,6 +244,7 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         norm,
         start_key,
         end_key,
+        ranges,
         descending,
         covering,
         warnings,
@@ -331,15 +349,41 @@ pub fn is_empty_combinator(sel: &Value) -> bool {
     })
 }
 
-/// CouchDB's key range over a json index's fields.
-fn json_range(index: &IndexDef, norm: &Value) -> (Option<Value>, Option<Value>) {
-    let ranges: Vec<_> = index
+fn field_ranges(index: &IndexDef, norm: &Value) -> Vec<FieldRange> {
+    index
         .fields
         .iter()
         .map(|(f, _)| range_of(norm, f))
-        .collect();
+        .collect()
+}
+
+/// The key ranges read in a json index, ascending: CouchDB's one range,
+/// or one per alternative of the first field (after fields held to one
+/// value) whose conditions allow several.
+fn json_ranges(index: &IndexDef, norm: &Value) -> Vec<(Value, Value)> {
+    let ranges = field_ranges(index, norm);
+    for (i, (f, _)) in index.fields.iter().enumerate() {
+        if let Some(alts) = alternatives(norm, f) {
+            return alts
+                .into_iter()
+                .map(|alt| {
+                    let mut rs = ranges.clone();
+                    rs[i] = alt;
+                    key_range(&rs)
+                })
+                .collect();
+        }
+        if !ranges[i].eq {
+            break;
+        }
+    }
+    vec![key_range(&ranges)]
+}
+
+/// CouchDB's key range over a json index's fields, from each field's range.
+fn key_range(ranges: &[FieldRange]) -> (Value, Value) {
     let mut start = Vec::new();
-    for r in &ranges {
+    for r in ranges {
         match &r.low {
             Some(l) => start.push(l.clone()),
             None => break,
@@ -350,7 +394,7 @@ fn json_range(index: &IndexDef, norm: &Value) -> (Option<Value>, Option<Value>) 
     }
     let mut end = Vec::new();
     let mut closed = false;
-    for r in &ranges {
+    for r in ranges {
         match &r.high {
             Some(h) => end.push(h.clone()),
             None => {
@@ -368,5 +412,5 @@ fn json_range(index: &IndexDef, norm: &Value) -> (Option<Value>, Option<Value>) 
     if !closed {
         end.push(max_key());
     }
-    (Some(Value::Array(start)), Some(Value::Array(end)))
+    (Value::Array(start), Value::Array(end))
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
-use settee_core::collate::collate;
+use settee_core::collate::{collate, collate_loose};
 
 /// A field condition of the normalised selector: (dotted path, operator,
 /// argument).
@@ -250,6 +250,109 @@ pub fn range_of(norm: &Value, field: &str) -> FieldRange {
     r
 }
 
+/// Most alternatives a field's `$in` or `$or` is read as (more: one range).
+const MAX_ALTERNATIVES: usize = 1024;
+
+/// The smallest array: arrays collate after every scalar and before objects.
+fn array_region() -> FieldRange {
+    FieldRange {
+        low: Some(json!([])),
+        high: Some(json!({})),
+        eq: false,
+    }
+}
+
+/// Beyond CouchDB (which reads the whole index for these): the disjoint
+/// ranges, in collation order, that together hold every value of `field`
+/// a matching document can have, when the conjunction limits the field to
+/// several values or ranges — an `$in`, or an `$or` whose every branch
+/// bounds the field. `None` when there is no such choice (the field's
+/// [`range_of`] is then the one range). Supersets, like every range here:
+/// an `$in` also matches arrays holding one of its values, so the array
+/// region is one of its ranges.
+pub fn alternatives(norm: &Value, field: &str) -> Option<Vec<FieldRange>> {
+    let mut conj = Vec::new();
+    conjunction(norm, &mut conj);
+    if conj.iter().any(|(f, op, _)| f == field && op == "$eq") {
+        return None;
+    }
+    let from_in = conj.iter().find_map(|(f, op, arg)| {
+        (f == field && op == "$in").then(|| {
+            let values = arg.as_array().map(Vec::as_slice).unwrap_or_default();
+            let mut alts: Vec<FieldRange> = values
+                .iter()
+                .filter(|v| !v.is_array())
+                .map(|v| FieldRange {
+                    low: Some(v.clone()),
+                    high: Some(v.clone()),
+                    eq: true,
+                })
+                .collect();
+            if !values.is_empty() {
+                alts.push(array_region());
+            }
+            alts
+        })
+    });
+    let alts = from_in.or_else(|| or_branches(norm, field))?;
+    let merged = merge(alts);
+    (merged.len() <= MAX_ALTERNATIVES).then_some(merged)
+}
+
+/// The field's range in each branch of the first `$or` of the
+/// conjunction, when every branch bounds it.
+fn or_branches(norm: &Value, field: &str) -> Option<Vec<FieldRange>> {
+    let branches = find_or(norm)?;
+    branches
+        .iter()
+        .map(|b| {
+            let r = range_of(b, field);
+            (r.low.is_some() || r.high.is_some()).then_some(r)
+        })
+        .collect()
+}
+
+fn find_or(norm: &Value) -> Option<&Vec<Value>> {
+    let m = norm.as_object()?;
+    m.get("$or")
+        .and_then(Value::as_array)
+        .or_else(|| m.get("$and")?.as_array()?.iter().find_map(find_or))
+}
+
+/// Sorts ranges by their low bound and joins those that overlap or touch
+/// (bounds count as inclusive), so none is read twice.
+fn merge(mut alts: Vec<FieldRange>) -> Vec<FieldRange> {
+    let low_cmp = |a: &Option<Value>, b: &Option<Value>| match (a, b) {
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => std::cmp::Ordering::Less,
+        (Some(_), None) => std::cmp::Ordering::Greater,
+        (Some(x), Some(y)) => collate_loose(x, y),
+    };
+    alts.sort_by(|a, b| low_cmp(&a.low, &b.low));
+    let mut out: Vec<FieldRange> = Vec::with_capacity(alts.len());
+    for r in alts {
+        if let Some(cur) = out.last_mut() {
+            let overlaps = match (&cur.high, &r.low) {
+                (None, _) | (_, None) => true,
+                (Some(h), Some(l)) => collate_loose(l, h).is_le(),
+            };
+            if overlaps {
+                let higher = match (&cur.high, &r.high) {
+                    (None, _) | (_, None) => None,
+                    (Some(h), Some(x)) => {
+                        Some(if collate_loose(x, h).is_gt() { x } else { h }.clone())
+                    }
+                };
+                cur.eq = cur.eq && r.eq && higher == cur.high && cur.low == cur.high;
+                cur.high = higher;
+                continue;
+            }
+        }
+        out.push(r);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +385,63 @@ mod tests {
             required_fields(&n).into_iter().collect::<Vec<_>>(),
             vec!["n"]
         );
+    }
+
+    fn bounds(alts: &[FieldRange]) -> Vec<(Option<Value>, Option<Value>, bool)> {
+        alts.iter()
+            .map(|r| (r.low.clone(), r.high.clone(), r.eq))
+            .collect()
+    }
+
+    #[test]
+    fn in_is_points_in_order_and_the_array_region() {
+        let n = normalize(&json!({"k": {"$in": [3, "x", 1, 3.0, [1], {"a": 1}]}}));
+        let p = |v: Value| (Some(v.clone()), Some(v), true);
+        assert_eq!(
+            bounds(&alternatives(&n, "k").unwrap()),
+            vec![
+                p(json!(1)),
+                p(json!(3)),
+                p(json!("x")),
+                (Some(json!([])), Some(json!({})), false),
+                p(json!({"a": 1})),
+            ]
+        );
+        assert!(alternatives(&normalize(&json!({"k": {"$in": []}})), "k")
+            .unwrap()
+            .is_empty());
+        assert!(alternatives(&normalize(&json!({"k": {"$in": [1]}, "j": 2})), "j").is_none());
+        assert!(
+            alternatives(
+                &normalize(&json!({"k": {"$in": [1]}, "$and": [{"k": 2}]})),
+                "k"
+            )
+            .is_none(),
+            "an equality is one range"
+        );
+    }
+
+    #[test]
+    fn or_branches_merge_when_they_overlap() {
+        let n = normalize(&json!({"$or": [
+            {"k": {"$gt": 10, "$lt": 20}},
+            {"k": 5},
+            {"k": {"$gte": 15, "$lte": 30}},
+            {"k": 5},
+        ]}));
+        assert_eq!(
+            bounds(&alternatives(&n, "k").unwrap()),
+            vec![
+                (Some(json!(5)), Some(json!(5)), true),
+                (Some(json!(10)), Some(json!(30)), false),
+            ]
+        );
+        let open = normalize(&json!({"$or": [{"k": {"$lt": 3}}, {"k": {"$gt": 1}}]}));
+        assert_eq!(
+            bounds(&alternatives(&open, "k").unwrap()),
+            vec![(None, None, false)]
+        );
+        let unbounded = normalize(&json!({"$or": [{"k": 1}, {"j": 2}]}));
+        assert!(alternatives(&unbounded, "k").is_none());
     }
 }

@@ -206,6 +206,46 @@ impl Views {
         .each_row(visit)
     }
 
+    /// Visits the rows of several map queries of one view in turn, on one
+    /// snapshot of its index (brought up to date as the first query's
+    /// `update` says), until `visit` answers false. Blocking.
+    pub fn each_row_of(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        view: &str,
+        queries: &[ViewArgs],
+        visit: &mut dyn FnMut(RowValue, Option<DocRead>) -> Result<bool>,
+    ) -> Result<()> {
+        let Some(first) = queries.first() else {
+            return Ok(());
+        };
+        let (index, view_no, snap, state) = self.open(db, ddoc_id, view, first)?;
+        let docs = db.reader()?;
+        let more = std::cell::Cell::new(true);
+        let mut tracked = |row: RowValue, doc: Option<DocRead>| {
+            more.set(visit(row, doc)?);
+            Ok(more.get())
+        };
+        for args in queries {
+            args.validate(self.kind(&index, view_no))?;
+            Query {
+                index: &index,
+                view: view_no,
+                args,
+                snap: &snap,
+                state: &state,
+                docs: &docs,
+                js: &self.js,
+            }
+            .each_row(&mut tracked)?;
+            if !more.get() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The index and view a query names, brought up to date as
     /// `args.update` says, with a snapshot of it and its state there.
     fn open(

@@ -104,6 +104,21 @@ fn cases() -> Vec<(Value, Check)> {
         (json!({"n": {"$mod": [10, 3]}}), |d| {
             num(d, "n").is_some_and(|n| n % 10 == 3)
         }),
+        // Read as several ranges of an index (beyond CouchDB).
+        (json!({"n": {"$in": [3, 7, 49, 100, "7"]}}), |d| {
+            matches!(num(d, "n"), Some(3 | 7 | 49))
+        }),
+        (
+            json!({"$or": [{"n": {"$lt": 3}}, {"n": {"$gt": 47}}, {"n": 20}, {"n": {"$lte": 1}}]}),
+            |d| num(d, "n").is_some_and(|n| n < 3 || n > 47 || n == 20),
+        ),
+        (
+            json!({"t": {"$in": ["blue", "Blue"]}, "n": {"$in": [1, 2, 3]}}),
+            |d| (d["t"] == "blue" || d["t"] == "Blue") && matches!(num(d, "n"), Some(1..=3)),
+        ),
+        (json!({"tags": {"$in": ["k1", "k3"]}}), |d| {
+            d["tags"][0] == "k1" || d["tags"][0] == "k3"
+        }),
         (
             json!({"$nor": [{"t": "red"}, {"t": "green"}], "n": {"$gt": 30}}),
             |d| d["t"] != "red" && d["t"] != "green" && num(d, "n").is_some_and(|n| n > 30),
@@ -140,6 +155,7 @@ fn find_agrees_with_an_independent_filter_with_and_without_indexes() {
         (json!(["n"]), "n"),
         (json!(["t", "n"]), "tn"),
         (json!(["o.b"]), "ob"),
+        (json!(["tags"]), "tags"),
     ] {
         let r = post(
             s,
@@ -197,6 +213,15 @@ fn bookmarks_page_through_whole_answers() {
         (json!({"v": {"$gte": 10}}), json!([])),
         (json!({"v": {"$gte": 10}}), json!([{"v": "desc"}])),
         (json!({"_id": {"$gt": "p050"}}), json!([])),
+        (json!({"v": {"$in": [3, 10, 44, 71, 99]}}), json!([])),
+        (
+            json!({"v": {"$in": [3, 10, 44, 71, 99]}}),
+            json!([{"v": "desc"}]),
+        ),
+        (
+            json!({"$or": [{"v": {"$lt": 20}}, {"v": {"$gt": 80}}, {"v": 50}]}),
+            json!([{"v": "asc"}]),
+        ),
     ] {
         let whole = post(
             s,
@@ -220,7 +245,46 @@ fn bookmarks_page_through_whole_answers() {
             bookmark = page["bookmark"].as_str().map(str::to_string);
         }
         assert_eq!(Value::Array(paged), whole["docs"], "{selector} {sort}");
+        let values: Vec<u64> = whole["docs"]
+            .as_array()
+            .expect("docs")
+            .iter()
+            .map(|d| d["v"].as_u64().expect("v"))
+            .collect();
+        if sort == json!([{"v": "desc"}]) {
+            assert!(values.windows(2).all(|w| w[0] >= w[1]), "{selector} {sort}");
+        } else if sort != json!([]) || selector.get("_id").is_none() {
+            assert!(values.windows(2).all(|w| w[0] <= w[1]), "{selector} {sort}");
+        }
     }
+    // `_explain` shows the ranges an `$in` is read as (beyond CouchDB).
+    let explained = post(
+        s,
+        &format!("/{db}/_explain"),
+        &json!({"selector": {"v": {"$in": [10, 3]}}}),
+    );
+    assert_eq!(
+        explained["ranges"],
+        json!([
+            {"start_key": [3], "end_key": [3, "<MAX>"]},
+            {"start_key": [10], "end_key": [10, "<MAX>"]},
+            {"start_key": [[]], "end_key": [{}, "<MAX>"]},
+        ]),
+        "{explained}"
+    );
+    assert_eq!(explained["mrargs"]["start_key"], json!([]), "as CouchDB's");
+    // An `$in` reads only its values' rows of the index, not all of it.
+    let stats = post(
+        s,
+        &format!("/{db}/_find"),
+        &json!({"selector": {"v": {"$in": [3, 10]}}, "execution_stats": true}),
+    );
+    let want = docs.iter().filter(|d| d["v"] == 3 || d["v"] == 10).count() as u64;
+    assert_eq!(stats["docs"].as_array().map(Vec::len), Some(want as usize));
+    assert_eq!(
+        stats["execution_stats"]["total_keys_examined"], want,
+        "{stats}"
+    );
 }
 
 #[test]

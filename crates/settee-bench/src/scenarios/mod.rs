@@ -33,6 +33,7 @@ pub mod copy_tools;
 pub mod fault_tolerance;
 pub mod ids;
 pub mod lightning;
+pub mod mango;
 pub mod random_reads;
 pub mod single_doc;
 pub mod spike;
@@ -79,6 +80,7 @@ pub fn all() -> Vec<ScenarioDef> {
     v.push(spike::DEF);
     v.push(all_docs_paging::DEF);
     v.extend(views::DEFS);
+    v.extend(mango::DEFS);
     v.push(copy::DEF);
     v.push(copy_tools::DEF);
     v.extend(ycsb::DEFS);
