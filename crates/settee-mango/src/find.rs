@@ -16,7 +16,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use settee_core::collate::collate;
 use settee_core::selector::split_field_path;
-use settee_db::{Database, IdRange};
+use settee_db::{Database, DocRead, IdRange};
 use settee_views::args::{Update, ViewArgs};
 use settee_views::registry::Views;
 
@@ -24,6 +24,7 @@ use crate::defs::{doc_value, Kind};
 use crate::error::Result;
 use crate::plan::{is_empty_combinator, Plan};
 use crate::request::{Bookmark, FindRequest};
+use crate::sparse::Members;
 
 /// Documents read per result past which CouchDB warns.
 const SCAN_RATIO_WARNING: u64 = 10;
@@ -103,6 +104,8 @@ fn from_key(plan: &Plan, id: &str, key: &Value) -> Value {
 
 struct Collector<'a> {
     req: &'a FindRequest,
+    /// What the selector reads of a document.
+    members: Members,
     skip: u64,
     docs: Vec<Value>,
     last: Option<Bookmark>,
@@ -130,6 +133,15 @@ impl Collector<'_> {
         self.stats.results += 1;
         (self.docs.len() as u64) < self.req.limit
     }
+
+    /// Takes one stored candidate, built whole only when its members the
+    /// selector reads match; false once the answer is complete.
+    fn offer_stored(&mut self, d: &DocRead, key: Value, id: &str) -> Result<bool> {
+        if !self.req.selector.matches(&self.members.of_doc(d)?) {
+            return Ok(true);
+        }
+        Ok(self.offer(doc_value(d)?, key, id))
+    }
 }
 
 /// Runs a planned `_find`. Blocking.
@@ -137,6 +149,7 @@ pub fn run(views: &Views, db: &Database, req: &FindRequest, plan: &Plan) -> Resu
     let started = Instant::now();
     let mut c = Collector {
         req,
+        members: Members::of(&plan.norm),
         skip: req.skip,
         docs: Vec::new(),
         last: None,
@@ -190,7 +203,7 @@ fn all_docs(db: &Database, req: &FindRequest, plan: &Plan, c: &mut Collector<'_>
             let matches = row
                 .doc
                 .as_ref()
-                .and_then(|d| doc_value(d).ok())
+                .and_then(|d| c.members.of_doc(d).ok())
                 .is_some_and(|doc| req.selector.matches(&doc));
             if !matches {
                 c.stats.keys += 1;
@@ -201,8 +214,8 @@ fn all_docs(db: &Database, req: &FindRequest, plan: &Plan, c: &mut Collector<'_>
         let Some(d) = &row.doc else { return true };
         c.stats.keys += 1;
         c.stats.docs += 1;
-        match doc_value(d) {
-            Ok(doc) => c.offer(doc, Value::String(row.id.clone()), &row.id),
+        match c.offer_stored(d, Value::String(row.id.clone()), &row.id) {
+            Ok(more) => more,
             Err(e) => {
                 failed = Some(e);
                 false
@@ -248,20 +261,15 @@ fn json_index(
             return Ok(true);
         }
         c.stats.keys += 1;
-        let doc = if plan.covering {
-            from_key(plan, &row.id, &key)
-        } else {
-            let Some(d) = doc else { return Ok(true) };
-            c.stats.docs += 1;
-            match doc_value(&d) {
-                Ok(v) => v,
-                Err(e) => {
-                    failed = Some(e);
-                    return Ok(false);
-                }
-            }
-        };
-        Ok(c.offer(doc, key, &row.id))
+        if plan.covering {
+            return Ok(c.offer(from_key(plan, &row.id, &key), key, &row.id));
+        }
+        let Some(d) = doc else { return Ok(true) };
+        c.stats.docs += 1;
+        c.offer_stored(&d, key, &row.id).or_else(|e| {
+            failed = Some(e);
+            Ok(false)
+        })
     })?;
     failed.map_or(Ok(()), Err)
 }

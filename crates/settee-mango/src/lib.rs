@@ -4,7 +4,7 @@
 //! Module map: [`request`] validates a `_find` body; [`select`] analyses a
 //! selector for the planner; [`defs`] reads and writes index definitions
 //! (query-language design documents); [`plan`] chooses the index and key
-//! range; [`find`] runs the plan; [`explain`] describes it; [`erl`] renders
+//! range; [`find`] runs the plan (matching [`sparse`] documents first); [`explain`] describes it; [`erl`] renders
 //! values as CouchDB's error reasons print them.
 //!
 //! Invariant: nothing here knows the storage engine or JavaScript: json
@@ -19,6 +19,7 @@ pub mod find;
 pub mod plan;
 pub mod request;
 pub mod select;
+pub mod sparse;
 
 use serde_json::{Map, Value};
 use settee_db::Database;
