@@ -193,10 +193,30 @@
   var compileIn = globalEval(
     "(function (source, require) { return eval(source); })"
   );
+  // A source whose evaluation was stopped by the call's deadline (it runs
+  // an endless loop at the top level, `"while(true){}"`) is remembered, so
+  // compiling it again fails at once with the same timeout instead of
+  // spending the whole deadline again (a client retrying such a design
+  // document would otherwise hold a worker for the deadline each time).
+  // The deadline cannot be caught, so the mark set before evaluating is
+  // still set at the next compilation when the last one was stopped.
+  var compilingSource = null;
+  var hangingSources = new Set();
+  var HANGING_SOURCES_MAX = 64;
   function compileSource(source, require) {
+    if (compilingSource !== null) {
+      if (hangingSources.size < HANGING_SOURCES_MAX) hangingSources.add(compilingSource);
+      compilingSource = null;
+    }
     if (typeof source !== "string") {
       throw ["error", "compilation_error", "A design function must be a string of JavaScript source, not: " + typeof source];
     }
+    if (hangingSources.has(source)) {
+      var stopped = new Error("interrupted");
+      stopped.name = "InternalError";
+      throw stopped;
+    }
+    compilingSource = source;
     var fn;
     var firstError = null;
     var attempts = ["(" + source + "\n)", "(" + source.replace(/[\s;]+$/, "") + "\n)", source];
@@ -210,6 +230,7 @@
         if (!(e instanceof SyntaxError)) break;
       }
     }
+    compilingSource = null;
     if (firstError !== null) {
       throw ["error", "compilation_error", errstr(firstError) + " (" + source + ")"];
     }

@@ -535,6 +535,36 @@ fn timeout_interrupts_an_endless_map_and_the_worker_serves_the_next_job() {
 }
 
 #[test]
+fn a_source_stopped_while_compiling_fails_at_once_the_next_time() {
+    let timeout = Duration::from_millis(400);
+    let e = JsEngine::new(JsConfig {
+        workers: 1,
+        timeout,
+        ..JsConfig::default()
+    })
+    .unwrap();
+    // Not a function expression: evaluating it loops at the top level.
+    let d = map_ddoc(&[("v", "while(true){}"), ("ok", "function (doc) { emit(1, 2); }")]);
+    let start = Instant::now();
+    let first = e.compile_view(&d, "v", false).unwrap_err();
+    assert!(matches!(first, JsError::Timeout { .. }), "{first:?}");
+    assert!(start.elapsed() >= timeout);
+    let again = Instant::now();
+    let second = e.compile_view(&d, "v", false).unwrap_err();
+    assert_eq!(
+        (second.couch_error(), second.couch_reason()),
+        ("os_process_error", "OS process timed out.".to_string())
+    );
+    assert!(again.elapsed() < timeout / 2, "{:?}", again.elapsed());
+    let err = e.map_docs(&d, &["v"], &[json!({"_id": "a"})]).unwrap_err();
+    assert!(matches!(err, JsError::Timeout { .. }), "{err:?}");
+    assert!(again.elapsed() < timeout / 2, "{:?}", again.elapsed());
+    // Other functions of the design document are not affected.
+    let out = e.map_docs(&d, &["ok"], &[json!({"_id": "a"})]).unwrap();
+    assert_eq!(rows(&out, 0), vec![vec![(json!(1), json!(2))]]);
+}
+
+#[test]
 fn the_timeout_is_per_document() {
     // Each document takes ~60 ms; the batch takes far longer than the 300 ms
     // timeout, but no single document does.
