@@ -72,7 +72,12 @@ pub(crate) struct Shared {
     pub compacting: AtomicBool,
     /// Advanced after every commit that wrote or purged a design document.
     pub design_generation: AtomicU64,
+    /// The security object's JSON text as last committed (None: never set).
+    pub security: SecuritySlot,
 }
+
+/// Where a database's committed security object is kept for readers.
+pub(crate) type SecuritySlot = Arc<Mutex<Option<Arc<str>>>>;
 
 /// A running writer: its queue and its thread.
 pub(crate) struct WriterSlot {
@@ -649,6 +654,28 @@ impl Database {
 
     pub fn revs_limit(&self) -> u64 {
         self.shared.state.lock().revs_limit
+    }
+
+    /// Sets the security object (JSON text the caller has validated).
+    /// It advances `update_seq`, as in CouchDB; readers see it once it is
+    /// committed.
+    pub fn set_security(&self, json: &str) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::SetSecurity(Arc::from(json), tx))?;
+        recv(rx)
+    }
+
+    pub async fn set_security_async(&self, json: &str) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.send_async(Request::SetSecurity(Arc::from(json), tx))
+            .await?;
+        recv_async(rx).await
+    }
+
+    /// The security object's JSON text as last committed; None when it was
+    /// never set.
+    pub fn security(&self) -> Option<Arc<str>> {
+        self.shared.security.lock().clone()
     }
 
     fn purged_infos_limit_request(limit: u64) -> Result<(Request, Pending<()>)> {

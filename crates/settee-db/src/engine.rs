@@ -109,6 +109,13 @@ impl Engine {
 
     /// Creates a database; `DbExists` if it exists.
     pub fn create_db(&self, name: &str) -> Result<Database> {
+        self.create_db_with_security(name, None)
+    }
+
+    /// Creates a database whose security object is `security` (JSON text)
+    /// from the start, as CouchDB gives a new database its
+    /// `default_security` object without advancing its `update_seq`.
+    pub fn create_db_with_security(&self, name: &str, security: Option<&str>) -> Result<Database> {
         validate_db_name(name)?;
         self.check()?;
         let mut open = self.inner.open.lock();
@@ -132,10 +139,13 @@ impl Engine {
         batch.put(Keyspace::Meta, keys::META_NEXT_DB_ID, encode(&(id + 1)));
         batch.put(Keyspace::Meta, keys::catalog(name), encode(&meta));
         batch.put(Keyspace::Meta, keys::state(id), encode(&state));
+        if let Some(sec) = security {
+            batch.put(Keyspace::Meta, keys::security(id), sec.as_bytes().to_vec());
+        }
         self.inner
             .poison
             .guard(self.inner.store.write(&batch, true))?;
-        Ok(self.start(&mut open, name, meta, state))
+        Ok(self.start(&mut open, name, meta, state, security.map(Arc::from)))
     }
 
     /// Opens an existing database; not_found if it does not exist.
@@ -162,7 +172,17 @@ impl Engine {
                 )))
             }
         };
-        Ok(self.start(&mut open, name, meta, state))
+        let security = self
+            .inner
+            .poison
+            .guard(self.inner.store.get(Keyspace::Meta, &keys::security(meta.id)))?
+            .map(|b| {
+                String::from_utf8(b.to_vec())
+                    .map(Arc::from)
+                    .map_err(|_| Error::Corrupt(format!("database {name}: security object")))
+            })
+            .transpose()?;
+        Ok(self.start(&mut open, name, meta, state, security))
     }
 
     /// Registers an open database. Its writer thread starts with the first
@@ -173,6 +193,7 @@ impl Engine {
         name: &str,
         meta: DbMeta,
         state: DbState,
+        security: Option<Arc<str>>,
     ) -> Database {
         let shared = Arc::new(Shared {
             name: name.to_string(),
@@ -190,6 +211,7 @@ impl Engine {
             deleted: AtomicBool::new(false),
             compacting: AtomicBool::new(false),
             design_generation: AtomicU64::new(crate::database::fresh_design_generation()),
+            security: Arc::new(Mutex::new(security)),
         });
         open.insert(name.to_string(), shared.clone());
         Database { shared }
@@ -211,6 +233,7 @@ impl Engine {
         let mut batch = Batch::new();
         batch.delete(Keyspace::Meta, keys::catalog(name));
         batch.delete(Keyspace::Meta, keys::state(meta.id));
+        batch.delete(Keyspace::Meta, keys::security(meta.id));
         let (count_lo, count_hi) = keys::seq_count_range(meta.id);
         batch.delete_range(Keyspace::Meta, count_lo, count_hi);
         let (block_lo, block_hi) = keys::id_block_range(meta.id);

@@ -17,6 +17,7 @@ pub const META_DB_PREFIX: &[u8] = b"db:";
 pub const META_STATE_PREFIX: &[u8] = b"state:";
 pub const META_SEQ_COUNT_PREFIX: &[u8] = b"seqcount:";
 pub const META_ID_BLOCK_PREFIX: &[u8] = b"idblock:";
+pub const META_SECURITY_PREFIX: &[u8] = b"security:";
 
 /// Sequences per by-seq count bucket: bucket `b` holds `[b * SEQ_BUCKET,
 /// (b + 1) * SEQ_BUCKET)`.
@@ -30,6 +31,11 @@ pub fn catalog(name: &str) -> Vec<u8> {
 /// Meta key of a database's counters.
 pub fn state(db: DbId) -> Vec<u8> {
     [META_STATE_PREFIX, &db.to_be_bytes()].concat()
+}
+
+/// Meta key of a database's security object (its JSON text, as set).
+pub fn security(db: DbId) -> Vec<u8> {
+    [META_SECURITY_PREFIX, &db.to_be_bytes()].concat()
 }
 
 /// Meta key of the number of by-seq entries of `db` in bucket `bucket`

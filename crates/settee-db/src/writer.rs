@@ -128,6 +128,8 @@ pub(crate) enum Request {
     /// The batch buffer has become non-empty or due.
     Buffered,
     SetRevsLimit(u64, oneshot::Sender<Result<()>>),
+    /// A new security object (JSON text), visible to readers once committed.
+    SetSecurity(Arc<str>, oneshot::Sender<Result<()>>),
     SetPurgedInfosLimit(u64, oneshot::Sender<Result<()>>),
     Purge(
         Vec<(String, Vec<Rev>)>,
@@ -561,6 +563,21 @@ impl Writer {
                     ctx.state_dirty = true;
                     replies.push(Reply::Unit(tx));
                 }
+                Request::SetSecurity(text, tx) => {
+                    sync = true;
+                    ctx.batch.put(
+                        Keyspace::Meta,
+                        keys::security(self.shared.db),
+                        text.as_bytes().to_vec(),
+                    );
+                    ctx.state.update_seq += 1;
+                    ctx.state_dirty = true;
+                    replies.push(Reply::Security(
+                        tx,
+                        text,
+                        Arc::clone(&self.shared.security),
+                    ));
+                }
                 Request::SetPurgedInfosLimit(n, tx) => {
                     sync = true;
                     ctx.set_purged_infos_limit(n);
@@ -648,6 +665,7 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
             Request::Local { reply, .. } => drop(reply.send(Err(e.clone()))),
             Request::Flush(tx)
             | Request::SetRevsLimit(_, tx)
+            | Request::SetSecurity(_, tx)
             | Request::SetPurgedInfosLimit(_, tx)
             | Request::Compact(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),

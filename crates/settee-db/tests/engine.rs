@@ -1086,3 +1086,35 @@ fn chunked_updates_are_durable_once_answered() {
         assert!(r.get(&id, &GetOptions::default()).is_err(), "{id} kept");
     }
 }
+
+#[test]
+fn security_objects_are_committed_kept_and_dropped_with_the_database() {
+    let (e, store) = mem_engine();
+    let db = e.create_db("s").unwrap();
+    assert_eq!(db.security(), None, "never set");
+    db.set_security(r#"{"members":{"names":["joe"]}}"#).unwrap();
+    assert_eq!(
+        db.security().as_deref(),
+        Some(r#"{"members":{"names":["joe"]}}"#)
+    );
+    assert_eq!(db.update_seq(), 1, "setting it advances update_seq");
+    let fresh = e
+        .create_db_with_security("t", Some(r#"{"admins":{"roles":["_admin"]}}"#))
+        .unwrap();
+    assert_eq!(fresh.update_seq(), 0, "a new database's object costs no sequence");
+    drop((db, fresh));
+    e.shutdown();
+    // A second engine over the same store reads both back.
+    let e2 = Engine::with_store(store.clone(), EngineOptions::default());
+    assert_eq!(
+        e2.db("s").unwrap().security().as_deref(),
+        Some(r#"{"members":{"names":["joe"]}}"#)
+    );
+    assert_eq!(
+        e2.db("t").unwrap().security().as_deref(),
+        Some(r#"{"admins":{"roles":["_admin"]}}"#)
+    );
+    // Deleted with its database: a new one of the same name has none.
+    e2.delete_db("s").unwrap();
+    assert_eq!(e2.create_db("s").unwrap().security(), None);
+}
