@@ -8,10 +8,14 @@
 //! difference not allowed, every allowed difference that no longer occurs,
 //! and every scenario whose golden is missing or was recorded from other text.
 //!
+//! [`corpus`] generates scenario files (the Mango `_find` corpus) from a
+//! seed; they are recorded and checked like hand-written ones.
+//!
 //! Invariant: goldens are facts about CouchDB -- only [`record`] writes them,
 //! from a live server's responses, never by hand or from Settee.
 
 pub mod compare;
+pub mod corpus;
 pub mod http;
 pub mod normalize;
 pub mod run;

@@ -4,6 +4,7 @@
 //! ```text
 //! settee-conformance record URL [--dir tests/conformance] [--only GLOB]
 //! settee-conformance check  URL [--dir tests/conformance] [--only GLOB]
+//! settee-conformance gen-mango [--seed N] [--count M]   (scenarios to stdout)
 //! ```
 //! URL carries the admin: `http://admin:admin@127.0.0.1:5984`. Recording
 //! sets CouchDB's `[cluster] q` to 1 first (one shard: `_changes` in update
@@ -12,11 +13,36 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use settee_conformance::{check, record, Target};
+use settee_conformance::{check, corpus, record, Target};
+
+/// `gen-mango [--seed N] [--count M]`: the generated Mango corpus on stdout.
+fn gen_mango(args: &[String]) -> ExitCode {
+    let usage = "usage: settee-conformance gen-mango [--seed N] [--count M]";
+    let (mut seed, mut count) = (1u64, 120usize);
+    let mut i = 0;
+    while i < args.len() {
+        let v = args.get(i + 1);
+        let ok = match (args[i].as_str(), v) {
+            ("--seed", Some(v)) => v.parse().map(|n| seed = n).is_ok(),
+            ("--count", Some(v)) => v.parse().map(|n| count = n).is_ok(),
+            _ => false,
+        };
+        if !ok {
+            eprintln!("{usage}");
+            return ExitCode::from(2);
+        }
+        i += 2;
+    }
+    print!("{}", corpus::gen_mango(seed, count));
+    ExitCode::SUCCESS
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: settee-conformance record|check URL [--dir DIR] [--only GLOB]";
+    if args.first().map(String::as_str) == Some("gen-mango") {
+        return gen_mango(&args[1..]);
+    }
+    let usage = "usage: settee-conformance record|check URL [--dir DIR] [--only GLOB] | gen-mango [--seed N] [--count M]";
     if args.len() < 2 {
         eprintln!("{usage}");
         return ExitCode::from(2);

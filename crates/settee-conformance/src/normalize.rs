@@ -87,10 +87,16 @@ impl Normalizer {
         }
         let mut body = body_value(resp);
         for p in ignore {
+            // `PATH?`: present or not (a member one server may leave out).
+            let (p, optional) = match p.strip_suffix('?') {
+                Some(p) => (p, true),
+                None => (p.as_str(), false),
+            };
             set_path(
                 &mut body,
                 p.strip_prefix("body.").unwrap_or(p),
                 Value::String("{ignored}".into()),
+                optional,
             );
         }
         let body = self.value(body, None);
@@ -205,10 +211,18 @@ pub fn body_value(resp: &Response) -> Value {
 }
 
 /// Sets the value at a dotted path (array indices as numbers), if present.
-fn set_path(v: &mut Value, path: &str, new: Value) {
+/// Replaces the value at a dotted path; with `insert`, a missing last member
+/// of an existing object is added.
+fn set_path(v: &mut Value, path: &str, new: Value, insert: bool) {
     let mut cur = v;
     let parts: Vec<&str> = path.split('.').collect();
     for (i, p) in parts.iter().enumerate() {
+        if insert && i + 1 == parts.len() {
+            if let Value::Object(m) = cur {
+                m.insert((*p).to_string(), new);
+                return;
+            }
+        }
         let next = match cur {
             Value::Object(m) => m.get_mut(*p),
             Value::Array(a) => p.parse::<usize>().ok().and_then(|n| a.get_mut(n)),
@@ -278,6 +292,17 @@ mod tests {
         );
         assert_eq!(r["body"]["u"], "{base}/db");
         assert_eq!(r["body"]["t"], "{ignored}");
+        // `PATH?` ignores a member whether it is there or not; plain `PATH`
+        // leaves a missing one missing.
+        let r = n.record(
+            "GET /",
+            &resp(r#"{"t":5}"#),
+            &[],
+            &["body.w?".into(), "body.x".into(), "body.t?".into()],
+        );
+        assert_eq!(r["body"]["w"], "{ignored}");
+        assert_eq!(r["body"]["t"], "{ignored}");
+        assert!(r["body"].get("x").is_none());
     }
 
     #[test]

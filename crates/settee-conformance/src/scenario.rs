@@ -16,7 +16,8 @@
 //! `chunked`, `gzip` (compress the body), `noauth`, `auth user:pass`,
 //! `no-content-type`, `no-accept`, `keep Header-Name` (also compare that
 //! header), `ignore PATH` (do not compare that body path: a value neither
-//! side can match), `sleep MS` (wait before sending).
+//! side can match; `ignore PATH?`: nor whether it is there at all),
+//! `sleep MS` (wait before sending).
 //!
 //! Invariant: parsing is total — every malformed line is an error naming
 //! its file and line, never a silently dropped request.

@@ -36,6 +36,11 @@
 //!   from data compiled into the binary, once per process, and is immutable
 //!   afterwards, so results are deterministic.
 //!
+//! A third, [`compare_raw`], is not CouchDB's collation but the Erlang term
+//! order CouchDB falls back to where it compares decoded JSON "raw" (Mango
+//! on the top-level `_id`: `numbers < false < null < true < objects <
+//! arrays < strings`).
+//!
 //! Recursion depth follows the nesting depth of the values; `serde_json`
 //! refuses to parse documents nested deeper than 128 levels, which bounds it.
 
@@ -69,6 +74,48 @@ pub fn collate_loose(a: &Value, b: &Value) -> Ordering {
 pub fn collate_str(a: &str, b: &str) -> Ordering {
     let mut tie = Ordering::Equal;
     compare_strings(a, b, &mut tie).then(tie)
+}
+
+/// Erlang term order of decoded JSON, as CouchDB's `mango_json:cmp_raw`
+/// compares (Mango uses it for the top-level `_id`): ranks
+/// `numbers < false < null < true < objects < arrays < strings` (atoms
+/// alphabetically, then tuples, lists and binaries); numbers by value (`1`
+/// equals `1.0`); strings and object member names as raw UTF-8 bytes;
+/// arrays element by element, objects member by member (name, then value),
+/// then the shorter one first. A total preorder like [`collate_loose`].
+pub fn compare_raw(a: &Value, b: &Value) -> Ordering {
+    fn rank(v: &Value) -> u8 {
+        match v {
+            Value::Number(_) => 0,
+            Value::Bool(false) => 1,
+            Value::Null => 2,
+            Value::Bool(true) => 3,
+            Value::Object(_) => 4,
+            Value::Array(_) => 5,
+            Value::String(_) => 6,
+        }
+    }
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y, &mut Ordering::Equal),
+        (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Value::Array(x), Value::Array(y)) => x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| compare_raw(p, q))
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| x.len().cmp(&y.len())),
+        (Value::Object(x), Value::Object(y)) => x
+            .iter()
+            .zip(y)
+            .map(|((kx, vx), (ky, vy))| {
+                kx.as_bytes()
+                    .cmp(ky.as_bytes())
+                    .then_with(|| compare_raw(vx, vy))
+            })
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| x.len().cmp(&y.len())),
+        _ => rank(a).cmp(&rank(b)),
+    }
 }
 
 /// The shared ICU root collator. Building it resolves locale data, so it is
@@ -380,6 +427,40 @@ mod tests {
         assert_eq!(collate(&json!({}), &json!({"": null})), Ordering::Less);
         assert_eq!(collate(&json!("zzz"), &json!([])), Ordering::Less);
         assert_eq!(collate(&json!([{}]), &json!({})), Ordering::Less);
+    }
+
+    #[test]
+    fn raw_order_is_erlang_term_order() {
+        // Recorded from CouchDB 3.4.3: `{"_id": {"$gt": X}}` matches string
+        // ids for every X below, `{"_id": {"$lt": X}}` for none.
+        let ascending = [
+            json!(-1),
+            json!(1),
+            json!(1.5),
+            json!(false),
+            json!(null),
+            json!(true),
+            json!({}),
+            json!({"a": 1}),
+            json!({"a": 2}),
+            json!({"b": 0}),
+            json!({"b": 0, "a": 0}),
+            json!([]),
+            json!([1]),
+            json!([1, 0]),
+            json!(["a"]),
+            json!(""),
+            json!("B"),
+            json!("a"),
+            json!("\u{e9}"),
+        ];
+        for (i, x) in ascending.iter().enumerate() {
+            for (j, y) in ascending.iter().enumerate() {
+                assert_eq!(compare_raw(x, y), i.cmp(&j), "{x} vs {y}");
+            }
+        }
+        assert_eq!(compare_raw(&json!(1), &json!(1.0)), Ordering::Equal);
+        assert_eq!(compare_raw(&json!([1]), &json!([1.0])), Ordering::Equal);
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {

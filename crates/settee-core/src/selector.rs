@@ -16,12 +16,23 @@
 //!     are sub-field paths (`{"a": {"b": 1}}` is `{"a.b": 1}`), and `\.` in a
 //!     field name is a literal dot; a numeric path segment indexes an array;
 //!   - comparison operators use [`collate_loose`] (CouchDB's collation, in
-//!     which `1` equals `1.0`), except on the top-level `_id` field, where
-//!     strings compare by raw code points as in the `_all_docs` index;
+//!     which `1` equals `1.0`), except on the top-level `_id` field, which
+//!     CouchDB compares in Erlang term order ([`compare_raw`]: strings by
+//!     raw code points as in the `_all_docs` index, and above every other
+//!     type, so `{"_id": {"$gt": [1]}}` matches every document);
 //!   - a condition on a missing field never matches, except `$exists: false`;
 //!     negations (`$not`, `$nor`) are applied the way CouchDB normalises
 //!     them, by negating each field condition, so they do not match missing
 //!     fields either (`{"$not": {"a": 1}}` needs `a` to exist);
+//!   - CouchDB does not normalise negations inside the sub-selector of
+//!     `$elemMatch`, `$allMatch` and `$keyMapMatch`: there `$not` is a plain
+//!     boolean negation (`{"$not": {"k": 1}}` matches an element without
+//!     `k`), and `$nor` fails the evaluation, which makes the whole operator
+//!     false (unless an earlier element already matched `$elemMatch` or
+//!     `$keyMapMatch`);
+//!   - an item of a top-level `$and`/`$or`/`$nor` list that is no selector
+//!     (`1`, `null`, `[]`, `{}`) is CouchDB's condition "the document
+//!     equals it": false, and true once negated;
 //!   - empty `$and`, `$or` and `$nor` lists match everything, an empty `$all`
 //!     list matches nothing, and the empty selector `{}` matches every
 //!     document.
@@ -38,7 +49,7 @@ use std::cmp::Ordering;
 use regex::bytes::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
-use crate::collate::{collate, collate_loose};
+use crate::collate::{collate, collate_loose, compare_raw};
 
 /// Longest rendering of an offending argument kept in an error message.
 const MAX_ARG_DISPLAY: usize = 100;
@@ -115,8 +126,8 @@ enum Node {
     /// `$not`.
     Not(Box<Node>),
     Field(FieldCond),
-    /// A combinator's list item that is no selector: matches nothing,
-    /// under either polarity.
+    /// A top-level combinator's list item that is no selector (`1`, `{}`):
+    /// CouchDB's "the document equals it", false, and true once negated.
     Never,
 }
 
@@ -329,8 +340,10 @@ fn parse_list(
         .iter()
         .map(|item| {
             // A list item that is no selector at the document's root (e.g.
-            // `{"$and": [1]}`) matches nothing, as in CouchDB.
-            if path.is_empty() && scope == Scope::Document && !item.is_object() {
+            // `{"$and": [1]}`, `{"$or": [{}]}`) compares the document
+            // itself, as in CouchDB.
+            let no_selector = item.as_object().is_none_or(Map::is_empty);
+            if path.is_empty() && scope == Scope::Document && no_selector {
                 return Ok(Node::Never);
             }
             parse_value(item, path, scope)
@@ -496,9 +509,46 @@ fn eval(node: &Node, value: &Value, negated: bool) -> bool {
         Node::Nor(nodes) => conjunction(nodes, value, negated, !negated),
         Node::Not(inner) => eval(inner, value, !negated),
         Node::Field(field) => eval_field(field, value, negated),
-        Node::Never => false,
+        // The document never equals a scalar, an array or `{}`.
+        Node::Never => negated,
     }
 }
+
+/// CouchDB's evaluation inside `$elemMatch`, `$allMatch` and
+/// `$keyMapMatch`, whose sub-selectors it does not normalise: `$not` is a
+/// plain negation, conditions on missing fields are false (but for
+/// `$exists: false`), lists are evaluated in order and stop at the first
+/// decisive item, and `$nor` is an error (`Err`) that CouchDB's operator
+/// turns into "no match".
+fn eval_element(node: &Node, value: &Value) -> Result<bool, Unnormalised> {
+    match node {
+        Node::All(nodes) => {
+            for n in nodes {
+                if !eval_element(n, value)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Node::Any(nodes) if nodes.is_empty() => Ok(true),
+        Node::Any(nodes) => {
+            for n in nodes {
+                if eval_element(n, value)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        Node::Nor(_) => Err(Unnormalised),
+        Node::Not(inner) => Ok(!eval_element(inner, value)?),
+        Node::Field(field) => Ok(eval_field(field, value, false)),
+        Node::Never => Ok(false),
+    }
+}
+
+/// An operator CouchDB's matcher has no clause for (`$nor` left in a
+/// sub-selector by its normaliser).
+struct Unnormalised;
 
 /// `any` of the children if `disjunctive`, else `all`, each evaluated with
 /// polarity `child_negated`.
@@ -562,24 +612,36 @@ fn eval_cond(cond: &Cond, v: &Value, raw_order: bool) -> bool {
         }
         Cond::Regex(re) => v.as_str().is_some_and(|s| re.is_match(s.as_bytes())),
         Cond::BeginsWith(prefix) => v.as_str().is_some_and(|s| s.starts_with(prefix.as_str())),
-        Cond::ElemMatch(inner) => {
-            non_empty_array(v).is_some_and(|items| items.iter().any(|e| eval(inner, e, false)))
-        }
-        Cond::AllMatch(inner) => {
-            non_empty_array(v).is_some_and(|items| items.iter().all(|e| eval(inner, e, false)))
-        }
+        // The first element that matches decides, and so does the first
+        // that fails to evaluate (CouchDB catches the error: no match).
+        Cond::ElemMatch(inner) => non_empty_array(v).is_some_and(|items| {
+            items
+                .iter()
+                .find_map(|e| eval_element(inner, e).map_or(Some(false), |m| m.then_some(true)))
+                .unwrap_or(false)
+        }),
+        Cond::AllMatch(inner) => non_empty_array(v).is_some_and(|items| {
+            items
+                .iter()
+                .all(|e| eval_element(inner, e).unwrap_or(false))
+        }),
         Cond::KeyMapMatch(inner) => v.as_object().is_some_and(|members| {
             members
                 .keys()
-                .any(|k| eval(inner, &Value::String(k.clone()), false))
+                .find_map(|k| {
+                    eval_element(inner, &Value::String(k.clone()))
+                        .map_or(Some(false), |m| m.then_some(true))
+                })
+                .unwrap_or(false)
         }),
     }
 }
 
 fn compare(v: &Value, arg: &Value, raw_order: bool) -> Ordering {
-    match (v, arg) {
-        (Value::String(a), Value::String(b)) if raw_order => a.cmp(b),
-        _ => collate_loose(v, arg),
+    if raw_order {
+        compare_raw(v, arg)
+    } else {
+        collate_loose(v, arg)
     }
 }
 
@@ -1019,6 +1081,83 @@ mod tests {
     }
 
     #[test]
+    fn id_compares_in_erlang_term_order() {
+        // Recorded from CouchDB 3.4.3: strings rank above every other type
+        // in `_id` comparisons, numbers below all.
+        let doc = json!({"_id": "a"});
+        for (sel, expected) in [
+            (json!({"_id": {"$gt": [1]}}), true),
+            (json!({"_id": {"$gte": []}}), true),
+            (json!({"_id": {"$gt": {"a": 1}}}), true),
+            (json!({"_id": {"$gt": true}}), true),
+            (json!({"_id": {"$gt": 5}}), true),
+            (json!({"_id": {"$lt": {}}}), false),
+            (json!({"_id": {"$lt": 5}}), false),
+            (json!({"_id": {"$in": [5, "a"]}}), true),
+            (json!({"_id": {"$ne": 5}}), true),
+            (json!({"$or": [{"_id": {"$gt": [false]}}, {"x": 1}]}), true),
+        ] {
+            assert_eq!(selector(sel.clone()).matches(&doc), expected, "{sel}");
+        }
+        // Only the top-level `_id`: other fields keep CouchDB's collation.
+        assert_matches(
+            json!({"o": {"_id": {"$gt": [1]}}}),
+            &[(json!({"o": {"_id": "a"}}), false)],
+        );
+    }
+
+    #[test]
+    fn negations_inside_element_operators_are_not_normalised() {
+        // All recorded from CouchDB 3.4.3.
+        let docs = [
+            json!({"t": [1, 2], "m": {"k1": 1, "k2": 2}}),
+            json!({"t": [2, 1]}),
+            json!({"t": [{"k": 1}, {"j": 2}]}),
+        ];
+        let matching = |sel: Value| -> Vec<usize> {
+            let s = selector(sel);
+            (0..docs.len()).filter(|&i| s.matches(&docs[i])).collect()
+        };
+        // `$not` is a plain negation: an element without `k` matches.
+        assert_eq!(
+            matching(json!({"t": {"$elemMatch": {"k": {"$not": {"$eq": 1}}}}})),
+            [0, 1, 2]
+        );
+        assert_eq!(
+            matching(json!({"t": {"$allMatch": {"$not": {"k": {"$exists": true}}}}})),
+            [0, 1]
+        );
+        assert_eq!(
+            matching(json!({"t": {"$elemMatch": {"$not": {"$not": {"k": 1}}}}})),
+            [2]
+        );
+        // `$nor` fails, and the operator does not match...
+        assert_eq!(
+            matching(json!({"t": {"$elemMatch": {"$nor": [{"$eq": 1}]}}})),
+            [] as [usize; 0]
+        );
+        assert_eq!(
+            matching(json!({"t": {"$elemMatch": {"$nor": []}}})),
+            [] as [usize; 0]
+        );
+        assert_eq!(
+            matching(json!({"t": {"$allMatch": {"$nor": [{"$eq": 1}]}}})),
+            [] as [usize; 0]
+        );
+        assert_eq!(
+            matching(json!({"m": {"$keyMapMatch": {"$nor": [{"$eq": "k1"}]}}})),
+            [] as [usize; 0]
+        );
+        // ...unless an earlier element already matched.
+        assert_eq!(
+            matching(json!({"t": {"$elemMatch": {"$or": [{"$eq": 1}, {"$nor": [{"$eq": 5}]}]}}})),
+            [0]
+        );
+        // At the top level negations are normalised: they need the field.
+        assert_eq!(matching(json!({"$not": {"m.k1": 1}})), [] as [usize; 0]);
+    }
+
+    #[test]
     fn id_compares_by_code_point() {
         // Collation would put "a" before "B"; raw order puts "B" first.
         assert_matches(
@@ -1376,9 +1515,42 @@ mod tests {
 
     #[test]
     fn list_items_that_are_no_selector_match_nothing() {
-        for sel in [json!({"$and": [1]}), json!({"$or": ["x"]})] {
+        for sel in [
+            json!({"$and": [1]}),
+            json!({"$or": ["x"]}),
+            json!({"$and": [{}]}),
+            json!({"$and": [{"a": 1}, {}]}),
+            json!({"$not": {"$nor": [{}]}}),
+        ] {
             assert!(!selector(sel).matches(&json!({"a": 1})));
         }
+        // Recorded from CouchDB 3.4.3: such an item is "the document equals
+        // it", so it holds once negated.
+        for sel in [
+            json!({"$nor": [1]}),
+            json!({"$nor": [{}]}),
+            json!({"$not": {"$and": [null]}}),
+            json!({"$not": {"$or": [{}, []]}}),
+        ] {
+            assert!(selector(sel).matches(&json!({"a": 1})));
+        }
+        assert_matches(
+            json!({"$or": [{}, {"b": 1}]}),
+            &[(json!({"b": 1}), true), (json!({"b": 2}), false)],
+        );
+        assert_matches(
+            json!({"$nor": [1, {"b": 1}]}),
+            &[
+                (json!({"b": 2}), true),
+                (json!({"b": 1}), false),
+                (json!({}), false),
+            ],
+        );
+        // Below a field, `{}` is still a literal value.
+        assert_matches(
+            json!({"a": {"$or": [{}]}}),
+            &[(json!({"a": {}}), true), (json!({"a": 1}), false)],
+        );
         assert!(!selector(json!({"a": {"$regex": "^.$"}})).matches(&json!({"a": "é"})));
         assert!(selector(json!({"a": {"$regex": "^..$"}})).matches(&json!({"a": "é"})));
     }

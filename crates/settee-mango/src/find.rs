@@ -156,7 +156,8 @@ pub fn run(views: &Views, db: &Database, req: &FindRequest, plan: &Plan) -> Resu
         stats: Stats::default(),
     };
     let past_end = req.bookmark_given.as_deref() == Some("");
-    if !is_empty_combinator(&req.selector_json) && !past_end {
+    let nothing = plan.unsatisfiable || plan.reads_nothing;
+    if !is_empty_combinator(&req.selector_json) && !past_end && !nothing {
         match plan.index.kind {
             Kind::Special => all_docs(db, req, plan, &mut c)?,
             Kind::Json => json_index(views, db, req, plan, &mut c)?,
@@ -314,7 +315,7 @@ fn range_queries(plan: &Plan, bookmark: Option<&Bookmark>, base: &ViewArgs) -> V
 /// The answer's JSON.
 pub fn answer(req: &FindRequest, plan: &Plan, found: Found) -> Value {
     let mut out = Map::new();
-    let empty = is_empty_combinator(&req.selector_json);
+    let empty = is_empty_combinator(&req.selector_json) || plan.unsatisfiable;
     out.insert("docs".into(), Value::Array(found.docs));
     if empty {
         return Value::Object(out);
@@ -325,8 +326,9 @@ pub fn answer(req: &FindRequest, plan: &Plan, found: Found) -> Value {
     out.insert("bookmark".into(), Value::String(bookmark));
     let mut warnings = plan.warnings.clone();
     let s = found.stats;
+    // docs / results > 10, in exact arithmetic (10.5 warns).
     if (s.results == 0 && s.docs > SCAN_RATIO_WARNING)
-        || (s.results > 0 && s.docs / s.results > SCAN_RATIO_WARNING)
+        || (s.results > 0 && s.docs > SCAN_RATIO_WARNING * s.results)
     {
         warnings.push(SCAN_WARNING.to_string());
     }

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::defs::{IndexDef, Kind};
 use crate::error::{MangoError, Result};
 use crate::request::{Dir, FindRequest};
-use crate::select::{all_fields, alternatives, normalize, range_of, required_fields, FieldRange};
+use crate::select::{all_fields, normalize, required_fields, FieldRange, Ranges};
 
 /// The key above every key the planner compares with (CouchDB's
 /// `<MAX>`): an object sorts after every other type.
@@ -48,6 +48,12 @@ pub struct Plan {
     /// of an `$in` or `$or` on the first field that is not one value.
     pub ranges: Vec<(Value, Value)>,
     pub descending: bool,
+    /// The chosen index's first field has conditions that cannot all hold:
+    /// CouchDB answers `{"docs": []}` and nothing else.
+    pub unsatisfiable: bool,
+    /// The range read holds no document (an `_id` bounded above by a
+    /// non-string, which sorts below every id).
+    pub reads_nothing: bool,
     /// The requested fields are all in the index: documents not read.
     pub covering: bool,
     pub warnings: Vec<String>,
@@ -58,20 +64,13 @@ fn columns(d: &IndexDef) -> Vec<&str> {
     d.fields.iter().map(|(f, _)| f.as_str()).collect()
 }
 
-/// Leading fields with a range (all of an equality's successors count).
-fn prefix(d: &IndexDef, norm: &Value) -> usize {
-    let mut n = 0;
-    for (f, _) in &d.fields {
-        let r = range_of(norm, f);
-        if r.low.is_none() && r.high.is_none() {
-            break;
-        }
-        n += 1;
-        if !r.eq {
-            break;
-        }
-    }
-    n
+/// Leading fields with a range (CouchDB's composite prefix: every leading
+/// field with bounds or `$exists: true`).
+fn prefix(d: &IndexDef, ranges: &Ranges<'_>) -> usize {
+    d.fields
+        .iter()
+        .take_while(|(f, _)| ranges.bounded(f))
+        .count()
 }
 
 /// Every index as unusable for a sort none serves (`_explain` then shows
@@ -101,6 +100,7 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
     }
     let descending = req.sort.first().is_some_and(|(_, d)| *d == Dir::Desc);
     let norm = normalize(&req.selector_json);
+    let ranges = Ranges::new(&norm);
     let required = required_fields(&norm);
     let sort_fields: Vec<&str> = req.sort.iter().map(|(f, _)| f.as_str()).collect();
     let named = |d: &IndexDef| {
@@ -124,7 +124,7 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
                 {
                     return Some("field_mismatch");
                 }
-                if !sort_fields.is_empty() && !sort_served(&cols, &sort_fields, &norm) {
+                if !sort_fields.is_empty() && !sort_served(&cols, &sort_fields, &ranges) {
                     return Some("sort_order_mismatch");
                 }
                 if d.partial.is_some() && !named(d) {
@@ -165,8 +165,8 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         .filter(|d| d.kind == Kind::Json && usable_reason(d).is_none())
         .collect();
     usable.sort_by(|a, b| {
-        prefix(b, &norm)
-            .cmp(&prefix(a, &norm))
+        prefix(b, &ranges)
+            .cmp(&prefix(a, &ranges))
             .then(a.fields.len().cmp(&b.fields.len()))
             .then(a.ddoc.cmp(&b.ddoc))
             .then(a.name.cmp(&b.name))
@@ -200,24 +200,33 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
     if index.kind == Kind::Special {
         warnings.push(NO_INDEX_WARNING.to_string());
     }
-    let candidates = candidates(defs, &index, &usable, &usable_reason, &named, req, &norm);
-    let mut ranges = match index.kind {
-        Kind::Json => json_ranges(&index, &norm),
+    let candidates = candidates(defs, &index, &usable, &usable_reason, &named, req, &ranges);
+    let mut key_ranges = match index.kind {
+        Kind::Json => json_ranges(&index, &ranges),
         Kind::Special => Vec::new(),
     };
     if descending {
-        ranges.reverse();
-        for (s, e) in &mut ranges {
+        key_ranges.reverse();
+        for (s, e) in &mut key_ranges {
             std::mem::swap(s, e);
         }
     }
+    let first_column = match index.kind {
+        Kind::Json => index.fields.first().map(|(f, _)| f.as_str()),
+        Kind::Special => Some("_id"),
+    };
+    let unsatisfiable = first_column.is_some() && ranges.empty_field() == first_column;
+    let mut reads_nothing = false;
     let (start_key, end_key) = match index.kind {
         Kind::Json => {
-            let (s, e) = key_range(&field_ranges(&index, &norm));
+            let (s, e) = key_range(&field_ranges(&index, &ranges));
             (Some(s), Some(e))
         }
         Kind::Special => {
-            let r = range_of(&norm, "_id");
+            let r = ranges.of("_id");
+            // Ids are strings, above every other value in the order
+            // `_id` is compared in: a non-string upper bound admits none.
+            reads_nothing = r.high.as_ref().is_some_and(|h| !h.is_string());
             (
                 r.low.filter(Value::is_string),
                 r.high.filter(Value::is_string),
@@ -244,8 +253,10 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         norm,
         start_key,
         end_key,
-        ranges,
+        ranges: key_ranges,
         descending,
+        unsatisfiable,
+        reads_nothing,
         covering,
         warnings,
         candidates,
@@ -262,13 +273,14 @@ fn candidates(
     usable_reason: &dyn Fn(&IndexDef) -> Option<&'static str>,
     named: &dyn Fn(&IndexDef) -> bool,
     req: &FindRequest,
-    norm: &Value,
+    ranges: &Ranges<'_>,
 ) -> Vec<Candidate> {
     let is_chosen = |d: &IndexDef| d.ddoc == chosen.ddoc && d.name == chosen.name;
     let mut winners: Vec<Candidate> = Vec::new();
     for d in usable.iter().filter(|d| !is_chosen(d)) {
         let excluded = req.use_index.is_some() && !named(d);
-        let same = prefix(d, norm) == prefix(chosen, norm) && d.fields.len() == chosen.fields.len();
+        let same =
+            prefix(d, ranges) == prefix(chosen, ranges) && d.fields.len() == chosen.fields.len();
         winners.push(Candidate {
             def: (*d).clone(),
             usable: true,
@@ -330,11 +342,11 @@ fn candidates(
 
 /// Whether an index's order is the sort's: the sort fields follow the
 /// index's first fields, those before them each held to one value.
-fn sort_served(cols: &[&str], sort: &[&str], norm: &Value) -> bool {
+fn sort_served(cols: &[&str], sort: &[&str], ranges: &Ranges<'_>) -> bool {
     (0..cols.len()).any(|k| {
         cols.len() >= k + sort.len()
             && cols[k..k + sort.len()] == *sort
-            && cols[..k].iter().all(|c| range_of(norm, c).eq)
+            && cols[..k].iter().all(|c| ranges.of(c).eq)
     })
 }
 
@@ -349,21 +361,17 @@ pub fn is_empty_combinator(sel: &Value) -> bool {
     })
 }
 
-fn field_ranges(index: &IndexDef, norm: &Value) -> Vec<FieldRange> {
-    index
-        .fields
-        .iter()
-        .map(|(f, _)| range_of(norm, f))
-        .collect()
+fn field_ranges(index: &IndexDef, ranges: &Ranges<'_>) -> Vec<FieldRange> {
+    index.fields.iter().map(|(f, _)| ranges.of(f)).collect()
 }
 
 /// The key ranges read in a json index, ascending: CouchDB's one range,
 /// or one per alternative of the first field (after fields held to one
 /// value) whose conditions allow several.
-fn json_ranges(index: &IndexDef, norm: &Value) -> Vec<(Value, Value)> {
-    let ranges = field_ranges(index, norm);
+fn json_ranges(index: &IndexDef, by_field: &Ranges<'_>) -> Vec<(Value, Value)> {
+    let ranges = field_ranges(index, by_field);
     for (i, (f, _)) in index.fields.iter().enumerate() {
-        if let Some(alts) = alternatives(norm, f) {
+        if let Some(alts) = by_field.alternatives(f) {
             return alts
                 .into_iter()
                 .map(|alt| {

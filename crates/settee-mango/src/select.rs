@@ -71,12 +71,22 @@ fn cond(path: &str, op: &str, arg: Value, negated: bool) -> Value {
     Value::Object(m)
 }
 
-/// One member's conditions (several joined by `$and`).
-fn one(mut conds: Vec<Value>) -> Value {
+/// The operator joining members: `$and`, or `$or` under a negation
+/// (De Morgan: `not (x and y)` is `not x or not y`).
+fn conjunction_op(negated: bool) -> &'static str {
+    if negated {
+        "$or"
+    } else {
+        "$and"
+    }
+}
+
+/// One member's conditions (several joined as [`conjunction_op`] says).
+fn one(mut conds: Vec<Value>, negated: bool) -> Value {
     if conds.len() == 1 {
         conds.pop().unwrap_or(Value::Null)
     } else {
-        json!({ "$and": conds })
+        json!({ conjunction_op(negated): conds })
     }
 }
 
@@ -101,24 +111,30 @@ fn norm_members(v: &Value, path: &str, negated: bool) -> Vec<Value> {
                             .collect()
                     })
                     .unwrap_or_default();
-                let op = if k == "$nor" { "$and" } else { k.as_str() };
+                // `$nor` is `$and` of negations; under a negation `$and`
+                // and `$or` swap (De Morgan).
+                let is_or = (k == "$or") != negated;
+                let op = if is_or { "$or" } else { "$and" };
                 json!({ op: items })
             }
-            "$not" => one(norm_members(x, path, !negated)),
+            "$not" => one(norm_members(x, path, !negated), !negated),
             op if op.starts_with('$') => cond(path, op, x.clone(), negated),
-            field => one(norm_members(x, &join(path, field), negated)),
+            field => {
+                let field_path = join(path, field);
+                one(norm_members(x, &field_path, negated), negated)
+            }
         };
         out.push(item);
     }
     // `{"b": {"$gt": 1, "$lt": 5}}`: one field's operators are one member.
     if ops_only && !path.is_empty() && out.len() > 1 {
-        return vec![json!({ "$and": out })];
+        return vec![json!({ conjunction_op(negated): out })];
     }
     out
 }
 
 fn normalize_at(v: &Value, path: &str, negated: bool) -> Value {
-    one(norm_members(v, path, negated))
+    one(norm_members(v, path, negated), negated)
 }
 
 /// The field conditions of the normalised selector's top-level
@@ -216,6 +232,23 @@ pub struct FieldRange {
     pub low: Option<Value>,
     pub high: Option<Value>,
     pub eq: bool,
+    /// The bounds exclude their values (`$gt`, `$lt`).
+    pub low_open: bool,
+    pub high_open: bool,
+}
+
+impl FieldRange {
+    /// No value satisfies both bounds (`$gt: "x", $lt: "a"`).
+    pub fn is_empty(&self) -> bool {
+        let (Some(l), Some(h)) = (&self.low, &self.high) else {
+            return false;
+        };
+        match collate_loose(l, h) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => self.low_open || self.high_open,
+            std::cmp::Ordering::Less => false,
+        }
+    }
 }
 
 /// The range of one field from the conjunction's conditions on it.
@@ -227,27 +260,106 @@ pub fn range_of(norm: &Value, field: &str) -> FieldRange {
         |cur: &Option<Value>, v: &Value| cur.as_ref().is_none_or(|c| collate(v, c).is_gt());
     let tighter_high =
         |cur: &Option<Value>, v: &Value| cur.as_ref().is_none_or(|c| collate(v, c).is_lt());
-    for (f, op, arg) in conj.iter().filter(|(f, _, _)| f == field) {
-        let _ = f;
+    let same = |cur: &Option<Value>, v: &Value| cur.as_ref().is_some_and(|c| collate(v, c).is_eq());
+    for (_, op, arg) in conj.iter().filter(|(f, _, _)| f == field) {
         match op.as_str() {
             "$eq" => {
-                r.low = Some(arg.clone());
-                r.high = Some(arg.clone());
-                r.eq = true;
-                return r;
+                return FieldRange {
+                    low: Some(arg.clone()),
+                    high: Some(arg.clone()),
+                    eq: true,
+                    ..FieldRange::default()
+                };
             }
-            "$gt" | "$gte" if tighter_low(&r.low, arg) => r.low = Some(arg.clone()),
-            "$lt" | "$lte" if tighter_high(&r.high, arg) => r.high = Some(arg.clone()),
+            "$gt" | "$gte" if tighter_low(&r.low, arg) => {
+                r.low = Some(arg.clone());
+                r.low_open = op == "$gt";
+            }
+            "$gt" if same(&r.low, arg) => r.low_open = true,
+            "$lt" | "$lte" if tighter_high(&r.high, arg) => {
+                r.high = Some(arg.clone());
+                r.high_open = op == "$lt";
+            }
+            "$lt" if same(&r.high, arg) => r.high_open = true,
             "$beginsWith" => {
                 if let Some(s) = arg.as_str() {
-                    r.low = Some(Value::String(s.to_string()));
-                    r.high = Some(Value::String(format!("{s}\u{fff0}")));
+                    let (low, high) = (json!(s), json!(format!("{s}\u{fff0}")));
+                    if tighter_low(&r.low, &low) {
+                        (r.low, r.low_open) = (Some(low), false);
+                    }
+                    if tighter_high(&r.high, &high) {
+                        (r.high, r.high_open) = (Some(high), false);
+                    }
                 }
             }
             _ => {}
         }
     }
     r
+}
+
+/// The field ranges the planner goes by, as CouchDB forms them: when the
+/// conditions on some field cannot all hold (an empty range), that field
+/// (the first by name) is the only one with a range — every other
+/// field's conditions are then left to the filter.
+#[derive(Debug)]
+pub struct Ranges<'a> {
+    norm: &'a Value,
+    conj: Vec<FieldOp>,
+    empty: Option<String>,
+}
+
+impl<'a> Ranges<'a> {
+    pub fn new(norm: &'a Value) -> Ranges<'a> {
+        let mut conj = Vec::new();
+        conjunction(norm, &mut conj);
+        let fields: BTreeSet<&str> = conj.iter().map(|(f, _, _)| f.as_str()).collect();
+        let empty = fields
+            .into_iter()
+            .find(|f| range_of(norm, f).is_empty())
+            .map(str::to_string);
+        Ranges { norm, conj, empty }
+    }
+
+    /// The field whose conditions cannot all hold, if any.
+    pub fn empty_field(&self) -> Option<&str> {
+        self.empty.as_deref()
+    }
+
+    fn kept(&self, field: &str) -> bool {
+        self.empty.as_deref().is_none_or(|e| e == field)
+    }
+
+    /// The range of `field`'s conditions.
+    pub fn of(&self, field: &str) -> FieldRange {
+        if self.kept(field) {
+            range_of(self.norm, field)
+        } else {
+            FieldRange::default()
+        }
+    }
+
+    /// Whether `field` has a range an index can use (bounds, or
+    /// `$exists: true`): what ranks indexes.
+    pub fn bounded(&self, field: &str) -> bool {
+        self.kept(field)
+            && self.conj.iter().any(|(f, op, arg)| {
+                f == field
+                    && match op.as_str() {
+                        "$eq" | "$gt" | "$gte" | "$lt" | "$lte" | "$beginsWith" => true,
+                        "$exists" => *arg == Value::Bool(true),
+                        _ => false,
+                    }
+            })
+    }
+
+    /// [`alternatives`], unless a field's range is empty.
+    pub fn alternatives(&self, field: &str) -> Option<Vec<FieldRange>> {
+        if self.empty.is_some() {
+            return None;
+        }
+        alternatives(self.norm, field)
+    }
 }
 
 /// Most alternatives a field's `$in` or `$or` is read as (more: one range).
@@ -258,7 +370,7 @@ fn array_region() -> FieldRange {
     FieldRange {
         low: Some(json!([])),
         high: Some(json!({})),
-        eq: false,
+        ..FieldRange::default()
     }
 }
 
@@ -286,6 +398,7 @@ pub fn alternatives(norm: &Value, field: &str) -> Option<Vec<FieldRange>> {
                     low: Some(v.clone()),
                     high: Some(v.clone()),
                     eq: true,
+                    ..FieldRange::default()
                 })
                 .collect();
             if !values.is_empty() {
@@ -375,6 +488,23 @@ mod tests {
         assert_eq!(
             normalize(&json!({"$nor": [{"a": 1}], "$not": {"b": 2}})),
             json!({"$and": [{"$and": [{"a": {"$ne": 1}}]}, {"b": {"$ne": 2}}]})
+        );
+        // De Morgan under negations.
+        assert_eq!(
+            normalize(&json!({"$not": {"b": {"$lt": -2}, "a": {"$ne": -3}}})),
+            json!({"$or": [{"b": {"$gte": -2}}, {"a": {"$eq": -3}}]})
+        );
+        assert_eq!(
+            normalize(&json!({"$nor": [{"_id": {"$gt": "a", "$lt": "c"}}]})),
+            json!({"$and": [{"$or": [{"_id": {"$lte": "a"}}, {"_id": {"$gte": "c"}}]}]})
+        );
+        assert_eq!(
+            normalize(&json!({"$nor": [{"$nor": [{"_id": "a"}, {"x": 1}]}]})),
+            json!({"$and": [{"$or": [{"_id": {"$eq": "a"}}, {"x": {"$eq": 1}}]}]})
+        );
+        assert_eq!(
+            normalize(&json!({"$not": {"$or": [{"a": 1}, {"b": 2}]}})),
+            json!({"$and": [{"a": {"$ne": 1}}, {"b": {"$ne": 2}}]})
         );
     }
 
