@@ -140,7 +140,7 @@ impl Engine {
         batch.put(Keyspace::Meta, keys::catalog(name), encode(&meta));
         batch.put(Keyspace::Meta, keys::state(id), encode(&state));
         if let Some(sec) = security {
-            batch.put(Keyspace::Meta, keys::security(id), sec.as_bytes().to_vec());
+            batch.put(Keyspace::Meta, keys::security(id), sec.as_bytes());
         }
         self.inner
             .poison
@@ -175,7 +175,11 @@ impl Engine {
         let security = self
             .inner
             .poison
-            .guard(self.inner.store.get(Keyspace::Meta, &keys::security(meta.id)))?
+            .guard(
+                self.inner
+                    .store
+                    .get(Keyspace::Meta, &keys::security(meta.id)),
+            )?
             .map(|b| {
                 String::from_utf8(b.to_vec())
                     .map(Arc::from)

@@ -568,15 +568,11 @@ impl Writer {
                     ctx.batch.put(
                         Keyspace::Meta,
                         keys::security(self.shared.db),
-                        text.as_bytes().to_vec(),
+                        text.as_bytes(),
                     );
                     ctx.state.update_seq += 1;
                     ctx.state_dirty = true;
-                    replies.push(Reply::Security(
-                        tx,
-                        text,
-                        Arc::clone(&self.shared.security),
-                    ));
+                    replies.push(Reply::Security(tx, text, Arc::clone(&self.shared.security)));
                 }
                 Request::SetPurgedInfosLimit(n, tx) => {
                     sync = true;

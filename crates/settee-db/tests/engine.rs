@@ -1101,7 +1101,11 @@ fn security_objects_are_committed_kept_and_dropped_with_the_database() {
     let fresh = e
         .create_db_with_security("t", Some(r#"{"admins":{"roles":["_admin"]}}"#))
         .unwrap();
-    assert_eq!(fresh.update_seq(), 0, "a new database's object costs no sequence");
+    assert_eq!(
+        fresh.update_seq(),
+        0,
+        "a new database's object costs no sequence"
+    );
     drop((db, fresh));
     e.shutdown();
     // A second engine over the same store reads both back.

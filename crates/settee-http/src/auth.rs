@@ -30,8 +30,9 @@ use parking_lot::Mutex;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, Settings};
+use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
+use crate::request::Req;
 
 /// PBKDF2 iterations for new hashes (CouchDB 3.4's default for SHA-256).
 pub const PBKDF2_ITERATIONS: u32 = 600_000;
@@ -260,8 +261,8 @@ pub fn ensure_admin(
 /// `validate_doc_update` gets it as `secObj`). Until per-database security
 /// objects exist, it follows `[couchdb] default_security`, as the object
 /// CouchDB 3 gives a new database does.
-pub fn security_object(settings: &Settings) -> serde_json::Value {
-    if settings.default_security_admin_only {
+pub fn security_object(req: &Req) -> serde_json::Value {
+    if req.settings.default_security_admin_only {
         serde_json::json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
     } else {
         serde_json::json!({})
@@ -269,11 +270,11 @@ pub fn security_object(settings: &Settings) -> serde_json::Value {
 }
 
 /// Who makes a write, for `validate_doc_update` (`userCtx`, `secObj`).
-pub fn write_ctx(settings: &Settings, user: &UserCtx) -> settee_design::WriteCtx {
+pub fn write_ctx(req: &Req) -> settee_design::WriteCtx {
     settee_design::WriteCtx {
-        name: user.name.clone(),
-        roles: user.roles.clone(),
-        security: security_object(settings),
+        name: req.user.name.clone(),
+        roles: req.user.roles.clone(),
+        security: security_object(req),
     }
 }
 
@@ -288,9 +289,9 @@ pub fn require_admin(user: &UserCtx) -> ApiResult<()> {
 }
 
 /// Reading documents and database metadata.
-pub fn require_db_reader(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
-    if settings.default_security_admin_only && !user.is_admin() {
-        return Err(denied(user));
+pub fn require_db_reader(req: &Req) -> ApiResult<()> {
+    if req.settings.default_security_admin_only && !req.user.is_admin() {
+        return Err(denied(&req.user));
     }
     Ok(())
 }
@@ -299,20 +300,20 @@ pub fn require_db_reader(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
 /// changes): a member check first (so a stranger hears "not authorized to
 /// access this db", as from CouchDB), then a db admin, which with an empty
 /// `_security` object is a server admin.
-pub fn require_db_admin(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
-    require_db_reader(settings, user)?;
-    require_design_writer(user)
+pub fn require_db_admin(req: &Req) -> ApiResult<()> {
+    require_db_reader(req)?;
+    require_design_writer(req)
 }
 
 /// Writing non-design documents: like reading (members may write).
-pub fn require_db_writer(settings: &Settings, user: &UserCtx) -> ApiResult<()> {
-    require_db_reader(settings, user)
+pub fn require_db_writer(req: &Req) -> ApiResult<()> {
+    require_db_reader(req)
 }
 
 /// Writing design documents needs a database admin; with an empty
 /// `_security` object that is a server admin.
-pub fn require_design_writer(user: &UserCtx) -> ApiResult<()> {
-    if user.is_admin() {
+pub fn require_design_writer(req: &Req) -> ApiResult<()> {
+    if req.user.is_admin() {
         Ok(())
     } else {
         Err(ApiError::unauthorized("You are not a db or server admin."))

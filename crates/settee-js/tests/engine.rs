@@ -544,7 +544,10 @@ fn a_source_stopped_while_compiling_fails_at_once_the_next_time() {
     })
     .unwrap();
     // Not a function expression: evaluating it loops at the top level.
-    let d = map_ddoc(&[("v", "while(true){}"), ("ok", "function (doc) { emit(1, 2); }")]);
+    let d = map_ddoc(&[
+        ("v", "while(true){}"),
+        ("ok", "function (doc) { emit(1, 2); }"),
+    ]);
     let start = Instant::now();
     let first = e.compile_view(&d, "v", false).unwrap_err();
     assert!(matches!(first, JsError::Timeout { .. }), "{first:?}");

@@ -383,7 +383,7 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
         &[Method::GET, Method::HEAD, Method::POST],
         "GET,HEAD,POST",
     )?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     let opts = request_opts(req).await?;
     let reader = db.reader()?;
@@ -418,7 +418,7 @@ const QUERIES_MAX: usize = 100;
 
 pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     let body = req.json_object().await?;
     let list = match body.get("queries") {

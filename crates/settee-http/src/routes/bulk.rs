@@ -40,9 +40,7 @@ use settee_db::{DocFailure, DocResult, Error, GetOptions, OpenRev, OpenRevs, Upd
 use super::allow;
 use super::bulk_body::BulkBody;
 use super::doc::push_open_rev;
-use crate::auth::{
-    require_db_reader, require_db_writer, require_design_writer, write_ctx, UserCtx,
-};
+use crate::auth::{require_db_reader, require_db_writer, require_design_writer, write_ctx};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
 use crate::request::{body_error, local_parts, parse_id_revs, Req};
@@ -277,7 +275,9 @@ fn may_name_local(text: &str) -> bool {
 
 /// Parses one document of a `_bulk_docs` body, refusing one larger than
 /// `max_size` (CouchDB's 413, naming the id the body gave, if any).
-fn parse_doc(app: &App, user: &UserCtx, text: &str, max_size: u64) -> ApiResult<Parsed> {
+/// `db_admin`: whether the writer may write design documents (a check
+/// made per document, as CouchDB refuses only those in a bulk request).
+fn parse_doc(app: &App, db_admin: ApiResult<()>, text: &str, max_size: u64) -> ApiResult<Parsed> {
     let generated = std::cell::Cell::new(false);
     let new_id = || {
         generated.set(true);
@@ -312,7 +312,7 @@ fn parse_doc(app: &App, user: &UserCtx, text: &str, max_size: u64) -> ApiResult<
         return Err(ApiError::doc_too_large(id));
     }
     if doc.id.starts_with("_design/") {
-        require_design_writer(user)?;
+        db_admin?;
         if !doc.deleted {
             settee_core::design::validate(&doc.body.to_map())?;
         }
@@ -322,7 +322,7 @@ fn parse_doc(app: &App, user: &UserCtx, text: &str, max_size: u64) -> ApiResult<
 
 pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_writer(&req.settings, &req.user)?;
+    require_db_writer(req)?;
     let db = app.db(name)?;
     let bytes = req.json_bytes().await?;
     // The documents stay raw text until each is turned into a `Doc` (see
@@ -394,7 +394,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         // writer as soon as it is parsed, and parsing the next overlaps
         // writing it.
         let mut raws = docs.iter();
-        let user = &req.user;
+        let db_admin = require_design_writer(req);
         let place = &mut place;
         db.update_chunks_async(opts, || {
             if raws.len() == 0 {
@@ -403,7 +403,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             let mut out = Vec::with_capacity(chunk);
             while out.len() < chunk {
                 let Some(raw) = raws.next() else { break };
-                match parse_doc(app, user, raw.get(), max_size) {
+                match parse_doc(app, db_admin.clone(), raw.get(), max_size) {
                     Ok(p) => out.extend(place.place(p)),
                     Err(e) => return Some(Err(BulkError::Api(e))),
                 }
@@ -416,7 +416,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         let parsed = docs
             .iter()
             .map(|raw| {
-                let p = parse_doc(app, &req.user, raw.get(), max_size)?;
+                let p = parse_doc(app, require_design_writer(req), raw.get(), max_size)?;
                 let has_rev = match &p {
                     Parsed::Local(_, rev, _) => rev.is_some(),
                     Parsed::Doc(doc) => doc.rev.is_some(),
@@ -437,7 +437,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             engine_docs = place.refuse(engine_docs, verdicts);
         }
         if let Some(validators) = &validators {
-            let ctx = write_ctx(&req.settings, &req.user);
+            let ctx = write_ctx(req);
             let verdicts = validators
                 .validate_all(&db, &engine_docs, new_edits, &ctx)
                 .await?
@@ -573,7 +573,7 @@ fn bulk_get_ask(item: &Value) -> BulkGetAsk {
 
 pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     let body = req.json_object().await?;
     let Some(Value::Array(items)) = body.get("docs") else {
@@ -681,7 +681,7 @@ pub async fn revs_diff(
     missing_only: bool,
 ) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     let body = req.json_object().await?;
     let asks = parse_id_revs(body)?;

@@ -280,7 +280,7 @@ fn filter_req(
         "form": {},
         "cookie": {},
         "userCtx": {"db": db.name(), "name": req.user.name, "roles": req.user.roles},
-        "secObj": crate::auth::security_object(&req.settings),
+        "secObj": crate::auth::security_object(req),
     }))
 }
 
@@ -822,7 +822,7 @@ pub async fn handle(app: &App, req: &mut Req, name: &str) -> ApiResult<Response>
         &[Method::GET, Method::HEAD, Method::POST],
         "GET,POST,HEAD",
     )?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     let p = parse_params(app, req, &db).await?;
     if p.feed == Feed::Normal || (p.descending && p.feed == Feed::Longpoll) {

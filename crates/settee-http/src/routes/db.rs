@@ -119,7 +119,7 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
             super::doc::write(app, req, &db, &id, map).await
         }
         _ => {
-            require_db_reader(&req.settings, &req.user)?;
+            require_db_reader(req)?;
             let db = app.db(name)?;
             let info = tokio::task::spawn_blocking(move || db.info()).await??;
             Ok(json_value(StatusCode::OK, &info_json(&info)))
@@ -154,7 +154,7 @@ pub fn location(req: &Req, db: &str, id: Option<&str>) -> Option<HeaderValue> {
 
 pub async fn ensure_full_commit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     req.require_json_ctype()?;
     let db = app.db(name)?;
     db.ensure_full_commit_async().await?;
@@ -170,7 +170,7 @@ pub async fn ensure_full_commit(app: &App, req: &mut Req, name: &str) -> ApiResu
 pub async fn revs_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD, Method::PUT], "PUT,GET")?;
     if req.method == Method::PUT {
-        require_db_admin(&req.settings, &req.user)?;
+        require_db_admin(req)?;
         let db = app.db(name)?;
         let limit = match req.json_value().await? {
             Value::Number(n) => n.as_u64().filter(|n| *n > 0),
@@ -180,14 +180,14 @@ pub async fn revs_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Respo
         db.set_revs_limit_async(limit).await?;
         return Ok(ok_json(StatusCode::OK));
     }
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     Ok(json_response(StatusCode::OK, db.revs_limit().to_string()))
 }
 
 pub async fn compact(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_admin(&req.settings, &req.user)?;
+    require_db_admin(req)?;
     let db = app.db(name)?;
     req.require_json_ctype()?;
     if db.compact()? {
@@ -205,7 +205,7 @@ pub async fn compact_views(
     ddoc: &str,
 ) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_admin(&req.settings, &req.user)?;
+    require_db_admin(req)?;
     let db = app.db(name)?;
     req.require_json_ctype()?;
     let id = format!("_design/{ddoc}");
@@ -265,7 +265,7 @@ pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> 
 /// [{"id", "revs"}, …]}` sorted by id.
 pub async fn purged_infos(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD], "GET")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     let infos = tokio::task::spawn_blocking(move || db.reader()?.purged_infos()).await??;
     let list: Vec<Value> = infos
@@ -293,7 +293,7 @@ pub async fn purged_infos_limit(app: &App, req: &mut Req, name: &str) -> ApiResu
         db.set_purged_infos_limit_async(limit).await?;
         return Ok(ok_json(StatusCode::OK));
     }
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(name)?;
     Ok(json_response(
         StatusCode::OK,
@@ -304,13 +304,13 @@ pub async fn purged_infos_limit(app: &App, req: &mut Req, name: &str) -> ApiResu
 pub async fn security(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD, Method::PUT], "PUT,GET")?;
     if req.method == Method::PUT {
-        require_db_admin(&req.settings, &req.user)?;
+        require_db_admin(req)?;
         app.db(name)?;
         // Per-database security objects arrive with the security issue.
         return Err(ApiError::not_implemented());
     }
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     app.db(name)?;
-    let sec = crate::auth::security_object(&req.settings);
+    let sec = crate::auth::security_object(req);
     Ok(json_value(StatusCode::OK, &sec))
 }

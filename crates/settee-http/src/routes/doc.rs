@@ -68,14 +68,14 @@ pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiR
         Err(e) if req.method == Method::PUT => return Err(e.into()),
         Err(_) => {
             app.db(db_name)?;
-            require_db_reader(&req.settings, &req.user)?;
+            require_db_reader(req)?;
             return Err(ApiError::not_found("missing"));
         }
     };
     let db = app.db(db_name)?;
     match req.method {
         Method::GET | Method::HEAD => {
-            require_db_reader(&req.settings, &req.user)?;
+            require_db_reader(req)?;
             if kind == DocKind::Local {
                 get_local(req, &db, &id)
             } else {
@@ -204,8 +204,8 @@ pub async fn write(
 ) -> ApiResult<Response> {
     let kind = validate_doc_id(id)?;
     match kind {
-        DocKind::Design => require_db_admin(&req.settings, &req.user)?,
-        _ => require_db_writer(&req.settings, &req.user)?,
+        DocKind::Design => require_db_admin(req)?,
+        _ => require_db_writer(req)?,
     }
     merge_rev(req, &mut map)?;
     let new_edits = req.query.bool("new_edits")?.unwrap_or(true);
@@ -259,7 +259,7 @@ pub async fn validate(
     let Some(validators) = app.design.validators(db)? else {
         return Ok(());
     };
-    let ctx = write_ctx(&req.settings, &req.user);
+    let ctx = write_ctx(req);
     validators.validate(db, doc, new_edits, &ctx).await
 }
 
@@ -529,8 +529,8 @@ async fn delete(
     kind: DocKind,
 ) -> ApiResult<Response> {
     match kind {
-        DocKind::Design => require_db_admin(&req.settings, &req.user)?,
-        _ => require_db_writer(&req.settings, &req.user)?,
+        DocKind::Design => require_db_admin(req)?,
+        _ => require_db_writer(req)?,
     }
     let rev = explicit_rev(req)?;
     if kind == DocKind::Local {
@@ -563,7 +563,7 @@ async fn delete(
 }
 
 async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Response> {
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let dest = req
         .header("destination")
         .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?;
@@ -577,8 +577,8 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         .into_owned();
     let dest_kind = validate_doc_id(&dest_id)?;
     match dest_kind {
-        DocKind::Design => require_db_admin(&req.settings, &req.user)?,
-        _ => require_db_writer(&req.settings, &req.user)?,
+        DocKind::Design => require_db_admin(req)?,
+        _ => require_db_writer(req)?,
     }
     let reader = db.reader()?;
     let body = if validate_doc_id(id)? == DocKind::Local {

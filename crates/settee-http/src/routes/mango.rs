@@ -30,7 +30,7 @@ fn ok(v: &Value) -> Response {
 /// `POST /db/_find`.
 pub async fn find(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
     let body = req.json_object().await?;
     let app = app.clone();
@@ -41,7 +41,7 @@ pub async fn find(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
 /// `POST /db/_explain`.
 pub async fn explain(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
     let body = req.json_object().await?;
     let v = blocking(move || Ok(settee_mango::explain(&db, &body)?)).await?;
@@ -51,7 +51,7 @@ pub async fn explain(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> 
 /// `GET` (list) and `POST` (create) `/db/_index`.
 pub async fn index(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::POST], "GET,POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
     if req.method == Method::GET {
         let int = |k: &str| -> ApiResult<Option<i64>> {
@@ -84,7 +84,7 @@ pub async fn index(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
             .collect();
         return Ok(ok(&json!({"total_rows": total, "indexes": indexes})));
     }
-    require_design_writer(&req.user)?;
+    require_design_writer(req)?;
     let body = req.json_object().await?;
     let new = settee_mango::defs::NewIndex::parse(&body)?;
     let (id, name) = (new.ddoc.clone(), new.name.clone());
@@ -96,9 +96,9 @@ pub async fn index(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
 /// `POST /db/_index/_bulk_delete`.
 pub async fn bulk_delete(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
-    require_design_writer(&req.user)?;
+    require_design_writer(req)?;
     let body = req.json_object().await?;
     let ids = match body.get("docids") {
         None => {
@@ -145,9 +145,9 @@ pub async fn delete(
     name: &str,
 ) -> ApiResult<Response> {
     allow(req, &[Method::DELETE], "DELETE")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
-    require_design_writer(&req.user)?;
+    require_design_writer(req)?;
     if kind != "json" {
         return Err(ApiError::not_found("missing"));
     }

@@ -63,7 +63,7 @@ pub async fn query(
     view: &str,
 ) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD, Method::POST], ALLOW)?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
     let body = if req.method == Method::POST {
         Some(req.json_object().await?)
@@ -93,7 +93,7 @@ pub async fn queries(
     view: &str,
 ) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
     let body = req.json_object().await?;
     let list = match body.get("queries") {
@@ -142,7 +142,7 @@ pub async fn queries(
 /// `GET /db/_design/{ddoc}/_info`.
 pub async fn info(app: &App, req: &mut Req, db: &str, ddoc: &str) -> ApiResult<Response> {
     allow(req, &[Method::GET], "GET")?;
-    require_db_reader(&req.settings, &req.user)?;
+    require_db_reader(req)?;
     let db = app.db(db)?;
     let (app, ddoc_id) = (app.clone(), format!("_design/{ddoc}"));
     let info = tokio::task::spawn_blocking(move || app.views.info(&db, &ddoc_id)).await??;
@@ -152,7 +152,7 @@ pub async fn info(app: &App, req: &mut Req, db: &str, ddoc: &str) -> ApiResult<R
 /// `POST /db/_view_cleanup`: drops indexes no design document uses.
 pub async fn cleanup(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_admin(&req.settings, &req.user)?;
+    require_db_admin(req)?;
     let db = app.db(db)?;
     let app = app.clone();
     tokio::task::spawn_blocking(move || app.views.cleanup(&db)).await??;
