@@ -20,103 +20,120 @@
 //! - Wrong credentials are always 401, even on endpoints that allow
 //!   anonymous access (CouchDB's behaviour).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use base64::Engine as _;
 use parking_lot::Mutex;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use crate::error::{ApiError, ApiResult};
 use crate::request::Req;
 
-/// PBKDF2 iterations for new hashes (CouchDB 3.4's default for SHA-256).
-pub const PBKDF2_ITERATIONS: u32 = 600_000;
-const HASH_PREFIX: &str = "-pbkdf2:sha256-";
+use serde_json::Value;
+use settee_auth::password::UserHash;
+pub use settee_auth::password::{
+    hash_password, is_password_hash, verify_password, PBKDF2_ITERATIONS,
+};
+pub use settee_auth::{SecurityObject, UserCtx};
+use settee_db::{Database, Engine, GetOptions};
+
 const ADMINS: &str = "admins";
+/// The database of users (CouchDB's `[chttpd_auth] authentication_db`).
+pub const USERS_DB: &str = "_users";
 
-/// Who a request is.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserCtx {
-    pub name: Option<String>,
-    pub roles: Vec<String>,
-}
-
-impl UserCtx {
-    pub fn is_admin(&self) -> bool {
-        self.roles.iter().any(|r| r == "_admin")
+/// Creates the users database unless it exists, as CouchDB does at start:
+/// readable and writable by server admins only (its security object
+/// `admin_only`).
+pub fn ensure_users_db(engine: &Engine) -> settee_db::Result<()> {
+    match engine.db(USERS_DB) {
+        Ok(_) => Ok(()),
+        Err(settee_db::Error::NotFound(_)) => {
+            let sec = SecurityObject::admin_only().as_json().to_string();
+            match engine.create_db_with_security(USERS_DB, Some(&sec)) {
+                Ok(_) | Err(settee_db::Error::DbExists) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
-/// Hashes a password as CouchDB 3.4 does:
-/// `-pbkdf2:sha256-<derived hex>,<salt>,<iterations>`, where the salt is 32
-/// random hex digits used *as text* (CouchDB feeds the salt string itself to
-/// PBKDF2, so hashes move between CouchDB and Settee unchanged).
-pub fn hash_password(password: &str) -> String {
-    hash_with_iterations(password, PBKDF2_ITERATIONS)
-}
-
-fn hash_with_iterations(password: &str, iterations: u32) -> String {
-    let mut salt = [0u8; 16];
-    rand::rng().fill_bytes(&mut salt);
-    let salt = hex::encode(salt);
-    let mut out = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), salt.as_bytes(), iterations, &mut out);
-    format!("{HASH_PREFIX}{},{salt},{iterations}", hex::encode(out))
-}
-
-/// Whether a configured admin value is already a hash (stored as given).
-pub fn is_password_hash(value: &str) -> bool {
-    value.starts_with("-pbkdf2-") || value.starts_with("-pbkdf2:")
-}
-
-/// Checks a password against a stored hash: `-pbkdf2-…` (HMAC-SHA1, CouchDB
-/// before 3.4), `-pbkdf2:sha256-…` or `-pbkdf2:sha512-…`.
-pub fn verify_password(stored: &str, password: &str) -> bool {
-    let (prf, rest) = if let Some(r) = stored.strip_prefix("-pbkdf2-") {
-        ("sha", r)
-    } else if let Some(r) = stored.strip_prefix(HASH_PREFIX) {
-        ("sha256", r)
-    } else if let Some(r) = stored.strip_prefix("-pbkdf2:sha512-") {
-        ("sha512", r)
-    } else {
-        return false;
-    };
-    let mut parts = rest.split(',');
-    let (Some(derived), Some(salt), Some(iters), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    let (Ok(derived), Ok(iters)) = (hex::decode(derived), iters.parse::<u32>()) else {
-        return false;
-    };
-    if iters == 0 || iters > 10_000_000 {
-        return false;
+/// A write to the users database: CouchDB's rules for user documents
+/// (who may write which, their fields and roles), and a clear-text
+/// `password` replaced by its PBKDF2 hash before anything is stored.
+/// Nothing for other databases, design documents, or replicated
+/// revisions (`new_edits=false`, whose passwords are hashes already).
+/// The hashing runs on the blocking pool (it costs ~0.25 s of CPU).
+pub async fn users_db_write(
+    req: &Req,
+    db: &Database,
+    doc: serde_json::Map<String, Value>,
+    new_edits: bool,
+) -> ApiResult<serde_json::Map<String, Value>> {
+    let id = doc.get("_id").and_then(Value::as_str).unwrap_or_default();
+    if db.name() != USERS_DB || !new_edits || id.starts_with("_design/") {
+        return Ok(doc);
     }
-    let (pw, salt) = (password.as_bytes(), salt.as_bytes());
-    let out: Vec<u8> = match prf {
-        "sha" => {
-            let mut o = [0u8; 20];
-            pbkdf2::pbkdf2_hmac::<sha1::Sha1>(pw, salt, iters, &mut o);
-            o.to_vec()
+    let (user, sec, db) = (req.user.clone(), db_security(req).into_owned(), db.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut doc = doc;
+        user_doc_write(&user, &sec, &db, &mut doc)?;
+        Ok(doc)
+    })
+    .await?
+}
+
+/// [`users_db_write`] of one document. Blocking.
+pub fn user_doc_write(
+    user: &UserCtx,
+    sec: &SecurityObject,
+    db: &Database,
+    doc: &mut serde_json::Map<String, Value>,
+) -> ApiResult<()> {
+    let id = doc
+        .get("_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    settee_auth::users::check_write(&id, user, sec)?;
+    settee_auth::users::before_write(doc, PBKDF2_ITERATIONS)?;
+    let old = match db.latest_reader()?.get(&id, &GetOptions::default()) {
+        Ok(d) if !d.deleted => {
+            let mut text = String::new();
+            settee_db::json::push_doc(&mut text, &d, settee_db::json::Extras::default());
+            serde_json::from_str(&text).ok()
         }
-        "sha256" => {
-            let mut o = [0u8; 32];
-            pbkdf2::pbkdf2_hmac::<Sha256>(pw, salt, iters, &mut o);
-            o.to_vec()
-        }
-        _ => {
-            let mut o = [0u8; 64];
-            pbkdf2::pbkdf2_hmac::<sha2::Sha512>(pw, salt, iters, &mut o);
-            o.to_vec()
-        }
+        Ok(_) | Err(settee_db::Error::NotFound(_)) => None,
+        Err(e) => return Err(e.into()),
     };
-    constant_time_eq(&out, &derived)
+    let new = Value::Object(doc.clone());
+    settee_auth::users::validate_with_security(&new, old.as_ref(), user, sec)?;
+    Ok(())
+}
+
+/// The `_users` document of user `name`, as JSON (None: no such user).
+fn users_doc(engine: &Engine, name: &str) -> ApiResult<Option<Value>> {
+    let db = match engine.db(USERS_DB) {
+        Ok(db) => db,
+        Err(settee_db::Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let id = settee_auth::users::user_doc_id(name);
+    match db.latest_reader()?.get(&id, &GetOptions::default()) {
+        Ok(d) if !d.deleted => {
+            let mut text = String::new();
+            settee_db::json::push_doc(&mut text, &d, settee_db::json::Extras::default());
+            Ok(serde_json::from_str(&text).ok())
+        }
+        Ok(_) | Err(settee_db::Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -164,8 +181,9 @@ impl Auth {
             .is_some_and(|k| constant_time_eq(k, key))
     }
 
-    /// Identifies the requester from the `Authorization` header.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> ApiResult<UserCtx> {
+    /// Identifies the requester from the `Authorization` header: a server
+    /// admin (`[admins]`), or a user of the `_users` database of `engine`.
+    pub async fn authenticate(&self, headers: &HeaderMap, engine: &Engine) -> ApiResult<UserCtx> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Ok(UserCtx::default());
         };
@@ -184,25 +202,73 @@ impl Auth {
         let Some((user, password)) = text.split_once(':') else {
             return Ok(UserCtx::default());
         };
-        let stored = self.config.get(ADMINS, user).ok_or_else(bad)?;
-        let key = cache_key(&stored, user, password);
-        if !self.is_cached(user, &key) {
-            let _turn = self.verifying.lock().await;
-            // Verified by the request this one waited for?
-            if !self.is_cached(user, &key) {
-                self.verifications.fetch_add(1, Ordering::Relaxed);
-                let (s, p) = (stored.clone(), password.to_string());
-                let ok = tokio::task::spawn_blocking(move || verify_password(&s, &p)).await?;
-                if !ok {
-                    return Err(bad());
-                }
-                self.verified.lock().insert(user.to_string(), key);
+        if let Some(stored) = self.config.get(ADMINS, user) {
+            let (s, p) = (stored.clone(), password.to_string());
+            if !self
+                .verify(user, &stored, password, move || verify_password(&s, &p))
+                .await?
+            {
+                return Err(bad());
             }
+            return Ok(UserCtx::server_admin(user));
         }
+        let doc = users_doc(engine, user)?.ok_or_else(bad)?;
+        let hash = UserHash::from_user_doc(&doc).ok_or_else(bad)?;
+        let stored = format!(
+            "{}:{}:{}:{}",
+            hash.prf.as_str(),
+            hash.iterations,
+            hash.salt,
+            hash.derived_key
+        );
+        let p = password.to_string();
+        // The cache is shared with admins: a user's entries are apart.
+        let slot = format!("{USERS_DB}\0{user}");
+        if !self
+            .verify(&slot, &stored, password, move || hash.verify(&p))
+            .await?
+        {
+            return Err(bad());
+        }
+        let roles = doc["roles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
         Ok(UserCtx {
             name: Some(user.to_string()),
-            roles: vec!["_admin".to_string()],
+            roles,
         })
+    }
+
+    /// Whether `password` is `slot`'s, whose stored hash is `stored`: from
+    /// the cache, else by `check` (PBKDF2: one at a time, on the blocking
+    /// pool; the requests waiting meanwhile with the same credentials find
+    /// the result cached).
+    async fn verify(
+        &self,
+        slot: &str,
+        stored: &str,
+        password: &str,
+        check: impl FnOnce() -> bool + Send + 'static,
+    ) -> ApiResult<bool> {
+        let key = cache_key(stored, slot, password);
+        if self.is_cached(slot, &key) {
+            return Ok(true);
+        }
+        let _turn = self.verifying.lock().await;
+        // Verified by the request this one waited for?
+        if self.is_cached(slot, &key) {
+            return Ok(true);
+        }
+        self.verifications.fetch_add(1, Ordering::Relaxed);
+        if !tokio::task::spawn_blocking(check).await? {
+            return Ok(false);
+        }
+        self.verified.lock().insert(slot.to_string(), key);
+        Ok(true)
     }
 
     /// Sets an admin's password (hashing it), as `PUT /_node/_local/_config/admins/NAME` does.
@@ -257,16 +323,30 @@ pub fn ensure_admin(
     Ok(Some(("admin".to_string(), password)))
 }
 
-/// A database's security object as `GET /{db}/_security` answers it (and
-/// `validate_doc_update` gets it as `secObj`). Until per-database security
-/// objects exist, it follows `[couchdb] default_security`, as the object
-/// CouchDB 3 gives a new database does.
-pub fn security_object(req: &Req) -> serde_json::Value {
-    if req.settings.default_security_admin_only {
-        serde_json::json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
+/// The security object a database gets when created: CouchDB 3's
+/// `[couchdb] default_security` (`admin_only`: members and admins are
+/// server admins; `everyone`: `{}`).
+pub fn default_security(settings: &Settings) -> SecurityObject {
+    if settings.default_security_admin_only {
+        SecurityObject::admin_only()
     } else {
-        serde_json::json!({})
+        SecurityObject::default()
     }
+}
+
+/// The security object a database request goes by: its database's, or,
+/// for a database that never had one stored (or none named), the default.
+pub fn db_security(req: &Req) -> Cow<'_, SecurityObject> {
+    match &req.security {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(default_security(&req.settings)),
+    }
+}
+
+/// A database's security object as `GET /{db}/_security` answers it (and
+/// design functions get it as `secObj`).
+pub fn security_object(req: &Req) -> serde_json::Value {
+    db_security(req).as_json().clone()
 }
 
 /// Who makes a write, for `validate_doc_update` (`userCtx`, `secObj`).
@@ -279,30 +359,28 @@ pub fn write_ctx(req: &Req) -> settee_design::WriteCtx {
 }
 
 /// Server-admin-only operations: database creation and deletion,
-/// configuration, compaction, purge, `_revs_limit` changes.
+/// configuration.
 pub fn require_admin(user: &UserCtx) -> ApiResult<()> {
-    if user.is_admin() {
+    if user.is_server_admin() {
         Ok(())
     } else {
         Err(ApiError::unauthorized("You are not a server admin."))
     }
 }
 
-/// Reading documents and database metadata.
+/// Reading documents and database metadata: a member of the database
+/// (everyone when its `members` are empty; db and server admins always).
 pub fn require_db_reader(req: &Req) -> ApiResult<()> {
-    if req.settings.default_security_admin_only && !req.user.is_admin() {
-        return Err(denied(&req.user));
-    }
-    Ok(())
+    Ok(db_security(req).check_member(&req.user)?)
 }
 
-/// Database-admin operations (compaction, view clean-up, `_revs_limit`
-/// changes): a member check first (so a stranger hears "not authorized to
-/// access this db", as from CouchDB), then a db admin, which with an empty
-/// `_security` object is a server admin.
+/// Database-admin operations (compaction, view clean-up, `_revs_limit`,
+/// `_security` changes): a member check first (so a stranger hears "not
+/// authorized to access this db", as from CouchDB), then a db admin.
 pub fn require_db_admin(req: &Req) -> ApiResult<()> {
-    require_db_reader(req)?;
-    require_design_writer(req)
+    let sec = db_security(req);
+    sec.check_member(&req.user)?;
+    Ok(sec.check_admin(&req.user)?)
 }
 
 /// Writing non-design documents: like reading (members may write).
@@ -310,49 +388,14 @@ pub fn require_db_writer(req: &Req) -> ApiResult<()> {
     require_db_reader(req)
 }
 
-/// Writing design documents needs a database admin; with an empty
-/// `_security` object that is a server admin.
+/// Writing design documents needs a database admin.
 pub fn require_design_writer(req: &Req) -> ApiResult<()> {
-    if req.user.is_admin() {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized("You are not a db or server admin."))
-    }
-}
-
-fn denied(user: &UserCtx) -> ApiError {
-    if user.name.is_some() {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "You are not allowed to access this db.",
-        )
-    } else {
-        ApiError::unauthorized("You are not authorized to access this db.")
-    }
+    Ok(db_security(req).check_admin(&req.user)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hash_and_verify() {
-        let h = hash_password("s3cret");
-        assert!(h.starts_with(HASH_PREFIX));
-        assert!(!h.contains("s3cret"));
-        assert!(verify_password(&h, "s3cret"));
-        assert!(!verify_password(&h, "s3cre"));
-        assert!(!verify_password("garbage", "s3cret"));
-        assert!(!verify_password("-pbkdf2:sha256-zz,00,1", "x"));
-        // Hashes as CouchDB stores them (salt used as text): SHA-1 and SHA-256.
-        let sha1 =
-            "-pbkdf2-4f414b2abaa5d15af1a95e18ff5fb772cbb8bdba,0123456789abcdef0123456789abcdef,10";
-        assert!(verify_password(sha1, "s3cret"));
-        assert!(!verify_password(sha1, "wrong"));
-        let sha256 = "-pbkdf2:sha256-c3f3c16b6f6a5886fba4b40f544d97270f5840eb9a71064d1cc3796e9b304c42,0123456789abcdef0123456789abcdef,10";
-        assert!(verify_password(sha256, "s3cret"));
-    }
 
     fn basic(user: &str, password: &str) -> HeaderMap {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
@@ -368,9 +411,11 @@ mod tests {
     fn concurrent_first_requests_share_one_verification() {
         let config = Arc::new(Config::ephemeral());
         // Few iterations: the test is about how many verifications run.
-        let stored = hash_with_iterations("pw", 20_000);
+        let stored = settee_auth::password::hash_with_iterations("pw", 20_000);
         config.set(ADMINS, "admin", &stored).unwrap();
         let auth = Arc::new(Auth::new(config));
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), settee_db::EngineOptions::default()).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
@@ -378,26 +423,30 @@ mod tests {
         rt.block_on(async {
             let tasks: Vec<_> = (0..8)
                 .map(|_| {
-                    let auth = auth.clone();
-                    tokio::spawn(async move { auth.authenticate(&basic("admin", "pw")).await })
+                    let (auth, engine) = (auth.clone(), engine.clone());
+                    tokio::spawn(
+                        async move { auth.authenticate(&basic("admin", "pw"), &engine).await },
+                    )
                 })
                 .collect();
             for t in tasks {
                 let user = t.await.unwrap().unwrap();
-                assert!(user.is_admin());
+                assert!(user.is_server_admin());
             }
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 1);
             // A wrong password is verified (and refused) every time.
             for _ in 0..2 {
                 let e = auth
-                    .authenticate(&basic("admin", "nope"))
+                    .authenticate(&basic("admin", "nope"), &engine)
                     .await
                     .unwrap_err();
-                assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+                assert_eq!(e.status, axum::http::StatusCode::UNAUTHORIZED);
             }
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);
             // The right one is still cached.
-            auth.authenticate(&basic("admin", "pw")).await.unwrap();
+            auth.authenticate(&basic("admin", "pw"), &engine)
+                .await
+                .unwrap();
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);
         });
     }

@@ -68,6 +68,9 @@ pub struct Settings {
     pub default_security_admin_only: bool,
     /// `[chttpd] admin_only_all_dbs` (CouchDB 3 default true).
     pub admin_only_all_dbs: bool,
+    /// `[couchdb] users_db_security_editable` (default false: the users
+    /// database's security object cannot be changed).
+    pub users_db_security_editable: bool,
     pub uuid_algorithm: UuidAlgorithm,
     /// `[uuids] utc_id_suffix`, appended by the `utc_id` algorithm.
     pub utc_id_suffix: String,
@@ -109,6 +112,7 @@ impl Settings {
             max_bulk_get_count: number("couchdb", "max_bulk_get_count", DEFAULT_MAX_BULK_GET),
             default_security_admin_only: get("couchdb", "default_security") != Some("everyone"),
             admin_only_all_dbs: boolean("chttpd", "admin_only_all_dbs", true),
+            users_db_security_editable: boolean("couchdb", "users_db_security_editable", false),
             uuid_algorithm: match get("uuids", "algorithm") {
                 Some("random") => UuidAlgorithm::Random,
                 Some("utc_random") => UuidAlgorithm::UtcRandom,

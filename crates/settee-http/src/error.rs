@@ -321,6 +321,22 @@ impl From<settee_views::ViewError> for ApiError {
     }
 }
 
+impl From<settee_auth::AuthError> for ApiError {
+    fn from(e: settee_auth::AuthError) -> ApiError {
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError::new(status, e.error().to_string(), e.reason().to_string())
+    }
+}
+
+impl From<settee_auth::security::SecurityError> for ApiError {
+    /// An invalid `_security` body: 400 with what is wrong (CouchDB 3.4
+    /// answers 500 `no_majority`, its cluster failing the write on every
+    /// shard; listed in tests/conformance/DIFFERENCES.md).
+    fn from(e: settee_auth::security::SecurityError) -> ApiError {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
 impl From<settee_mango::error::MangoError> for ApiError {
     fn from(e: settee_mango::error::MangoError) -> ApiError {
         use settee_mango::error::MangoError as M;

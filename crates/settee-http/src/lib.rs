@@ -242,7 +242,7 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         (Err(e), _) | (_, Err(e)) => Err(e),
         (Ok(()), Ok(segs)) => app
             .auth
-            .authenticate(&parts.headers)
+            .authenticate(&parts.headers, &app.engine)
             .await
             .map(|u| (segs, u)),
     };

@@ -178,6 +178,9 @@ pub struct Req {
     pub query: Query,
     pub user: UserCtx,
     pub settings: Arc<Settings>,
+    /// The security object of the database the request is for, when the
+    /// path names an existing database (set by the router).
+    pub security: Option<Arc<settee_auth::SecurityObject>>,
     /// In a mutex only so that `&Req` is `Sync` (handlers hold it across awaits);
     /// it is only ever accessed through `&mut self`, never locked concurrently.
     /// `None` once read (or abandoned).
@@ -204,6 +207,7 @@ impl Req {
             query,
             user,
             settings,
+            security: None,
             body: parking_lot::Mutex::new(Some(body)),
             abandoned: false,
         }

@@ -5,7 +5,7 @@
 //! checks the name first, so every illegal name is a 400 before storage
 //! is touched.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,7 +16,7 @@ use settee_db::{Database, Engine};
 use settee_design::{Design, DesignConfig};
 use settee_js::{JsConfig, JsEngine, JsError};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, SecurityObject};
 use crate::config::Config;
 use crate::error::ApiResult;
 use crate::idle_poll::IdlePoll;
@@ -92,7 +92,13 @@ pub struct AppState {
     pub views: settee_views::Views,
     /// `validate_doc_update` and changes filters (on `js`).
     pub design: Design,
+    /// Parsed security objects by database, each with the stored text it
+    /// was parsed from (re-parsed when the database's text changes).
+    pub security: Mutex<HashMap<String, ParsedSecurity>>,
 }
+
+/// A database's stored security text and the object parsed from it.
+pub type ParsedSecurity = (Arc<str>, Arc<SecurityObject>);
 
 pub type App = Arc<AppState>;
 
@@ -139,6 +145,7 @@ impl AppState {
             idle_poll,
             views,
             design: Design::new(Arc::clone(&js), DesignConfig::default()),
+            security: Mutex::new(HashMap::new()),
             js,
         }))
     }
@@ -147,6 +154,30 @@ impl AppState {
     pub fn db(&self, name: &str) -> ApiResult<Database> {
         validate_db_name(name)?;
         Ok(self.engine.db(name)?)
+    }
+
+    /// The security object stored for database `name`; None when there is
+    /// no such database or it never had one. A stored object that no
+    /// longer parses (it was validated when written) admits server admins
+    /// only.
+    pub fn security_of(&self, name: &str) -> Option<Arc<SecurityObject>> {
+        let text = self.engine.db(name).ok()?.security()?;
+        let mut cache = self.security.lock();
+        if let Some((t, sec)) = cache.get(name) {
+            if Arc::ptr_eq(t, &text) {
+                return Some(Arc::clone(sec));
+            }
+        }
+        let parsed = serde_json::from_str(&text)
+            .ok()
+            .and_then(|v| SecurityObject::parse(&v).ok())
+            .unwrap_or_else(SecurityObject::admin_only);
+        let sec = Arc::new(parsed);
+        if cache.len() >= 4096 {
+            cache.clear();
+        }
+        cache.insert(name.to_string(), (text, Arc::clone(&sec)));
+        Some(sec)
     }
 
     pub fn new_uuid(&self) -> String {

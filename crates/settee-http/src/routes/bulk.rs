@@ -320,6 +320,38 @@ fn parse_doc(app: &App, db_admin: ApiResult<()>, text: &str, max_size: u64) -> A
     Ok(Parsed::Doc(doc))
 }
 
+/// The documents of a `_bulk_docs` to the users database as they are to
+/// be written (see [`crate::auth::users_db_write`]).
+async fn users_db_docs(
+    req: &Req,
+    db: &settee_db::Database,
+    docs: &[&RawValue],
+) -> ApiResult<Vec<Box<RawValue>>> {
+    let texts: Vec<String> = docs.iter().map(|d| d.get().to_string()).collect();
+    let user = req.user.clone();
+    let sec = crate::auth::db_security(req).into_owned();
+    let db = db.clone();
+    tokio::task::spawn_blocking(move || {
+        texts
+            .into_iter()
+            .map(|text| {
+                let mut v: Value = serde_json::from_str(&text).map_err(body_error)?;
+                if let Value::Object(m) = &mut v {
+                    let design = m
+                        .get("_id")
+                        .and_then(Value::as_str)
+                        .is_some_and(|id| id.starts_with("_design/") || id.starts_with("_local/"));
+                    if !design {
+                        crate::auth::user_doc_write(&user, &sec, &db, m)?;
+                    }
+                }
+                RawValue::from_string(v.to_string()).map_err(body_error)
+            })
+            .collect()
+    })
+    .await?
+}
+
 pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_writer(req)?;
@@ -367,6 +399,15 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         ));
     }
     app.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
+    let users_docs;
+    let docs = if name == crate::auth::USERS_DB && new_edits {
+        // User documents: CouchDB's rules, passwords hashed (a refused
+        // document fails the whole request).
+        users_docs = users_db_docs(req, &db, &docs).await?;
+        users_docs.iter().map(AsRef::as_ref).collect()
+    } else {
+        docs
+    };
     let mut place = Placement {
         slots: Vec::with_capacity(docs.len()),
         locals: Vec::new(),

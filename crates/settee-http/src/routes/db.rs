@@ -85,7 +85,11 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
             settee_core::name::validate_db_name(name)?;
             creation_params(req)?;
             let (engine, n) = (app.engine.clone(), name.to_string());
-            tokio::task::spawn_blocking(move || engine.create_db(&n)).await??;
+            let sec = crate::auth::default_security(&req.settings)
+                .as_json()
+                .to_string();
+            tokio::task::spawn_blocking(move || engine.create_db_with_security(&n, Some(&sec)))
+                .await??;
             let mut resp = ok_json(StatusCode::CREATED);
             if let Some(loc) = location(req, name, None) {
                 resp.headers_mut().insert(header::LOCATION, loc);
@@ -305,9 +309,19 @@ pub async fn security(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
     allow(req, &[Method::GET, Method::HEAD, Method::PUT], "PUT,GET")?;
     if req.method == Method::PUT {
         require_db_admin(req)?;
-        app.db(name)?;
-        // Per-database security objects arrive with the security issue.
-        return Err(ApiError::not_implemented());
+        let db = app.db(name)?;
+        if name == crate::auth::USERS_DB && !req.settings.users_db_security_editable {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "You can't edit the security object of the user database.",
+            ));
+        }
+        let value = req.json_value().await?;
+        let sec = settee_auth::SecurityObject::parse(&value)?;
+        let text = sec.as_json().to_string();
+        db.set_security_async(&text).await?;
+        return Ok(ok_json(StatusCode::OK));
     }
     require_db_reader(req)?;
     app.db(name)?;

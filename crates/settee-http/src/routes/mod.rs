@@ -43,6 +43,13 @@ pub fn allow_names(req: &Req, methods: &[&str], allow_header: &'static str) -> A
 
 pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Response> {
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    // A database's requests are judged by its security object.
+    if let Some(first) = s.first() {
+        let system = matches!(*first, "_users" | "_replicator" | "_global_changes");
+        if !first.starts_with('_') || system {
+            req.security = app.security_of(first);
+        }
+    }
     match s.as_slice() {
         [] => server::welcome(app, req),
         ["_up"] => server::up(req),

@@ -290,7 +290,7 @@ pub async fn node(app: &App, req: &mut Req, node: &str, rest: &[&str]) -> ApiRes
 /// Node statistics are for server admins (CouchDB also admits a read-only
 /// metrics user, which Settee does not have).
 fn require_metrics_reader(req: &Req) -> ApiResult<()> {
-    if req.user.is_admin() {
+    if req.user.is_server_admin() {
         Ok(())
     } else {
         Err(ApiError::unauthorized(
