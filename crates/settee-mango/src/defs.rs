@@ -295,6 +295,26 @@ impl NewIndex {
         };
         let ddoc = string("ddoc")?;
         let name = string("name")?;
+        // Partitioned databases do not exist yet: a partitioned index has
+        // no database to live in (CouchDB fails these with a 500).
+        match body.get("partitioned") {
+            None | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => {
+                return Err(MangoError::invalid(
+                    "invalid_design_doc",
+                    "Partitioned indexes need a partitioned database.",
+                ))
+            }
+            Some(other) => {
+                return Err(MangoError::invalid(
+                    "bad_request",
+                    format!(
+                        "`partitioned` must be a boolean, not: {}",
+                        term(other, Style::Bytes)
+                    ),
+                ))
+            }
+        }
         let digest = {
             let mut h = Sha1::new();
             h.update(

@@ -402,4 +402,13 @@ fn planner_choices_follow_couchdb() {
         &json!({"selector": {"$nor": [{"_id": {"$gt": "x0", "$lt": "x2"}}]}}),
     );
     assert_eq!(ids(&nor), ["x2"], "{nor}");
+    // A partitioned index needs a partitioned database (CouchDB: 500s).
+    for partitioned in [json!(true), json!("yes")] {
+        let r = s.admin(
+            "POST",
+            &format!("/{db}/_index"),
+            Some(&json!({"index": {"fields": ["a"]}, "partitioned": partitioned}).to_string()),
+        );
+        assert_eq!(r.status, 400, "{partitioned}: {r:?}");
+    }
 }
