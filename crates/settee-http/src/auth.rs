@@ -117,6 +117,28 @@ pub fn user_doc_write(
     Ok(())
 }
 
+/// A user document's roles (its strings).
+fn doc_roles(doc: &Value) -> Vec<String> {
+    doc["roles"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The value of the request's `AuthSession` cookie, if any.
+fn session_cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix("AuthSession=").map(str::to_string))
+        .filter(|v| !v.is_empty())
+}
+
 /// The `_users` document of user `name`, as JSON (None: no such user).
 fn users_doc(engine: &Engine, name: &str) -> ApiResult<Option<Value>> {
     let db = match engine.db(USERS_DB) {
@@ -150,6 +172,89 @@ fn cache_key(stored: &str, user: &str, password: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// Who a request is, and how that was established.
+#[derive(Debug, Clone, Default)]
+pub struct Authenticated {
+    pub user: UserCtx,
+    /// `default` (Basic) or `cookie`; None for anonymous requests
+    /// (`_session`'s `info.authenticated`).
+    pub method: Option<&'static str>,
+    /// A fresh `AuthSession` cookie for the response (`Set-Cookie` value),
+    /// when the request's is past a tenth of its life.
+    pub set_cookie: Option<String>,
+}
+
+/// `[chttpd_auth]`: the server secret and the session timeout.
+const AUTH_SECTION: &str = "chttpd_auth";
+/// CouchDB's default session lifetime, seconds.
+const DEFAULT_TIMEOUT_SECS: u64 = 600;
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The `Set-Cookie` value of a session cookie (`value` empty to end one),
+/// as CouchDB writes it.
+pub fn session_cookie(config: &Config, value: &str, now: u64) -> String {
+    let timeout = session_timeout(config);
+    let expires = httpdate::fmt_http_date(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(now + timeout),
+    );
+    // "Tue, 24 Nov 2026 18:05:23 GMT" as CouchDB spells it: "Tue, 24-Nov-2026 18:05:23 GMT".
+    let parts: Vec<&str> = expires.split(' ').collect();
+    let expires = match parts.as_slice() {
+        [day, d, m, y, t, z] => format!("{day} {d}-{m}-{y} {t} {z}"),
+        _ => expires.clone(),
+    };
+    let persistent = config
+        .get("couch_httpd_auth", "allow_persistent_cookies")
+        .is_none_or(|v| v != "false");
+    let mut out = format!("AuthSession={value}; Version=1");
+    if persistent {
+        out.push_str(&format!("; Expires={expires}; Max-Age={timeout}"));
+    }
+    out.push_str("; Path=/; HttpOnly");
+    if let Some(same_site) = config
+        .get("couch_httpd_auth", "same_site")
+        .filter(|v| !v.is_empty())
+    {
+        out.push_str(&format!("; SameSite={same_site}"));
+    }
+    if config
+        .get("couch_httpd_auth", "secure")
+        .is_some_and(|v| v == "true")
+    {
+        out.push_str("; Secure");
+    }
+    out
+}
+
+fn session_timeout(config: &Config) -> u64 {
+    config
+        .get(AUTH_SECTION, "timeout")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_TIMEOUT_SECS)
+}
+
+/// Makes sure the server has a secret for session cookies (CouchDB
+/// generates `[chttpd_auth] secret` at first start too).
+pub fn ensure_secret(config: &Config) -> Result<(), String> {
+    if config
+        .get(AUTH_SECTION, "secret")
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Ok(());
+    }
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    config
+        .set(AUTH_SECTION, "secret", &hex::encode(bytes))
+        .map(|_| ())
+        .map_err(|e| e.reason.to_string())
+}
+
 /// The authenticator.
 #[derive(Debug)]
 pub struct Auth {
@@ -181,9 +286,118 @@ impl Auth {
             .is_some_and(|k| constant_time_eq(k, key))
     }
 
-    /// Identifies the requester from the `Authorization` header: a server
-    /// admin (`[admins]`), or a user of the `_users` database of `engine`.
-    pub async fn authenticate(&self, headers: &HeaderMap, engine: &Engine) -> ApiResult<UserCtx> {
+    /// Identifies the requester: HTTP Basic credentials, else an
+    /// `AuthSession` cookie, else anonymous.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        engine: &Engine,
+    ) -> ApiResult<Authenticated> {
+        if headers.contains_key(header::AUTHORIZATION) {
+            let user = self.basic(headers, engine).await?;
+            let method = user.name.is_some().then_some("default");
+            return Ok(Authenticated {
+                user,
+                method,
+                set_cookie: None,
+            });
+        }
+        match session_cookie_value(headers) {
+            Some(value) => self.cookie(&value, engine),
+            None => Ok(Authenticated::default()),
+        }
+    }
+
+    /// A session cookie's user; anonymous when it is forged, expired or
+    /// its user is gone (as CouchDB), 400 when it is not a cookie at all.
+    fn cookie(&self, value: &str, engine: &Engine) -> ApiResult<Authenticated> {
+        let Some(secret) = self.config.get(AUTH_SECTION, "secret") else {
+            return Ok(Authenticated::default());
+        };
+        let (now, timeout) = (now_secs(), session_timeout(&self.config));
+        let mut found: Option<(UserCtx, String)> = None;
+        let verified = settee_auth::cookie::verify(
+            value,
+            |name| {
+                let who = self.lookup(name, engine).ok().flatten()?;
+                let salt = who.1.clone();
+                found = Some(who);
+                Some(salt)
+            },
+            &secret,
+            now,
+            timeout,
+        );
+        match verified {
+            Ok((_, issued)) => {
+                let Some((user, salt)) = found else {
+                    return Ok(Authenticated::default());
+                };
+                let set_cookie =
+                    settee_auth::cookie::needs_refresh(issued, now, timeout).then(|| {
+                        let name = user.name.clone().unwrap_or_default();
+                        let fresh = settee_auth::cookie::make(&name, &salt, &secret, now);
+                        session_cookie(&self.config, &fresh, now)
+                    });
+                Ok(Authenticated {
+                    user,
+                    method: Some("cookie"),
+                    set_cookie,
+                })
+            }
+            Err(e) => match e.to_couchdb() {
+                Some(refusal) => Err(refusal.into()),
+                None => Ok(Authenticated::default()),
+            },
+        }
+    }
+
+    /// A user's context and salt: a server admin's from its configured
+    /// hash, a user's from its `_users` document. None: no such user.
+    fn lookup(&self, name: &str, engine: &Engine) -> ApiResult<Option<(UserCtx, String)>> {
+        if let Some(stored) = self.config.get(ADMINS, name) {
+            return Ok(
+                UserHash::from_config(&stored).map(|h| (UserCtx::server_admin(name), h.salt))
+            );
+        }
+        let Some(doc) = users_doc(engine, name)? else {
+            return Ok(None);
+        };
+        let Some(hash) = UserHash::from_user_doc(&doc) else {
+            return Ok(None);
+        };
+        Ok(Some((
+            UserCtx {
+                name: Some(name.to_string()),
+                roles: doc_roles(&doc),
+            },
+            hash.salt,
+        )))
+    }
+
+    /// Logs a user in (`POST /_session`): their context and a session
+    /// cookie (`Set-Cookie` value); 401 for a wrong name or password.
+    pub async fn login(
+        &self,
+        name: &str,
+        password: &str,
+        engine: &Engine,
+    ) -> ApiResult<(UserCtx, String)> {
+        let user = self.check_password(name, password, engine).await?;
+        let (_, salt) = self
+            .lookup(name, engine)?
+            .ok_or_else(|| ApiError::unauthorized("Name or password is incorrect."))?;
+        let secret = self
+            .config
+            .get(AUTH_SECTION, "secret")
+            .ok_or_else(|| ApiError::unauthorized("Name or password is incorrect."))?;
+        let now = now_secs();
+        let value = settee_auth::cookie::make(name, &salt, &secret, now);
+        Ok((user, session_cookie(&self.config, &value, now)))
+    }
+
+    /// The requester named by HTTP Basic credentials.
+    async fn basic(&self, headers: &HeaderMap, engine: &Engine) -> ApiResult<UserCtx> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Ok(UserCtx::default());
         };
@@ -202,6 +416,17 @@ impl Auth {
         let Some((user, password)) = text.split_once(':') else {
             return Ok(UserCtx::default());
         };
+        self.check_password(user, password, engine).await
+    }
+
+    /// The context of user `user` when `password` is theirs; 401 else.
+    async fn check_password(
+        &self,
+        user: &str,
+        password: &str,
+        engine: &Engine,
+    ) -> ApiResult<UserCtx> {
+        let bad = || ApiError::unauthorized("Name or password is incorrect.");
         if let Some(stored) = self.config.get(ADMINS, user) {
             let (s, p) = (stored.clone(), password.to_string());
             if !self
@@ -230,16 +455,9 @@ impl Auth {
         {
             return Err(bad());
         }
-        let roles = doc["roles"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect();
         Ok(UserCtx {
             name: Some(user.to_string()),
-            roles,
+            roles: doc_roles(&doc),
         })
     }
 
@@ -431,7 +649,7 @@ mod tests {
                 .collect();
             for t in tasks {
                 let user = t.await.unwrap().unwrap();
-                assert!(user.is_server_admin());
+                assert!(user.user.is_server_admin());
             }
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 1);
             // A wrong password is verified (and refused) every time.

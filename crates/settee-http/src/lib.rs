@@ -246,17 +246,20 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
             .await
             .map(|u| (segs, u)),
     };
+    let mut set_cookie = None;
     let (result, reusable) = match prelude {
-        Ok((segs, user)) => {
+        Ok((segs, who)) => {
             let mut req = Req::new(
                 parts.method,
                 parts.uri.clone(),
                 parts.headers.clone(),
                 query,
-                user,
+                who.user,
                 settings,
                 body,
             );
+            req.auth_method = who.method;
+            set_cookie = who.set_cookie;
             let result = routes::dispatch(app, &mut req, &segs).await;
             (result, req.settle_body().await)
         }
@@ -272,6 +275,12 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         }
         Err(e) => e.into_response(),
     };
+    // A session cookie past a tenth of its life is renewed (CouchDB).
+    if let Some(c) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        if !resp.headers().contains_key(header::SET_COOKIE) {
+            resp.headers_mut().insert(header::SET_COOKIE, c);
+        }
+    }
     if let Some(cb) = jsonp {
         resp = wrap_jsonp(resp, &cb).await;
     }

@@ -181,6 +181,8 @@ pub struct Req {
     /// The security object of the database the request is for, when the
     /// path names an existing database (set by the router).
     pub security: Option<Arc<settee_auth::SecurityObject>>,
+    /// How the user was authenticated (`default`, `cookie`), if at all.
+    pub auth_method: Option<&'static str>,
     /// In a mutex only so that `&Req` is `Sync` (handlers hold it across awaits);
     /// it is only ever accessed through `&mut self`, never locked concurrently.
     /// `None` once read (or abandoned).
@@ -208,6 +210,7 @@ impl Req {
             user,
             settings,
             security: None,
+            auth_method: None,
             body: parking_lot::Mutex::new(Some(body)),
             abandoned: false,
         }

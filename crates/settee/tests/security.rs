@@ -387,3 +387,185 @@ fn users_passwords_are_stored_as_hashes_and_the_users_database_is_closed() {
         "{doc}"
     );
 }
+
+fn login(s: &Server, content_type: &str, body: &str) -> Resp {
+    call(
+        &common::agent(),
+        "POST",
+        &s.url("/_session"),
+        None,
+        &[("Content-Type", content_type)],
+        Some(body.as_bytes()),
+    )
+}
+
+/// The `AuthSession=…` pair of a response's `Set-Cookie`.
+fn cookie_of(r: &Resp) -> String {
+    let set = r.header("set-cookie").expect("Set-Cookie");
+    set.split(';').next().expect("pair").to_string()
+}
+
+fn with_cookie(s: &Server, path: &str, cookie: &str) -> Resp {
+    call(
+        &common::agent(),
+        "GET",
+        &s.url(path),
+        None,
+        &[("Cookie", cookie)],
+        None,
+    )
+}
+
+#[test]
+fn sessions_log_in_with_cookies_that_expire_and_cannot_be_forged() {
+    let s = shared();
+    put_user(s, "sx_sess", "sess-pw", &["sx_sess_role"]);
+    s.create_db("sx_sessdb");
+    let sec = json!({"members": {"names": ["sx_sess"]}});
+    s.admin("PUT", "/sx_sessdb/_security", Some(&sec.to_string()));
+    // JSON and form logins answer the user and a cookie.
+    let r = login(
+        s,
+        "application/json",
+        r#"{"name":"sx_sess","password":"sess-pw"}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.json(),
+        json!({"ok": true, "name": "sx_sess", "roles": ["sx_sess_role"]})
+    );
+    let set = r.header("set-cookie").expect("Set-Cookie").to_string();
+    assert!(
+        set.contains("; Version=1") && set.contains("; Path=/; HttpOnly"),
+        "{set}"
+    );
+    let r = login(
+        s,
+        "application/x-www-form-urlencoded",
+        "name=sx_sess&password=sess-pw",
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let cookie = cookie_of(&r);
+    // The cookie identifies the user everywhere.
+    let who = with_cookie(s, "/_session", &cookie).json();
+    assert_eq!(who["userCtx"]["name"], "sx_sess", "{who}");
+    assert_eq!(who["info"]["authenticated"], "cookie");
+    assert_eq!(with_cookie(s, "/sx_sessdb", &cookie).status, 200);
+    // Wrong passwords, unknown users: 401 and no cookie.
+    for body in [
+        r#"{"name":"sx_sess","password":"nope"}"#,
+        r#"{"name":"sx_nobody","password":"x"}"#,
+        r#"{"name":"sx_sess"}"#,
+    ] {
+        let r = login(s, "application/json", body);
+        assert_eq!(r.status, 401, "{body}: {r:?}");
+        assert!(r.header("set-cookie").is_none());
+    }
+    // `next` redirects after the login.
+    let r = call(
+        &ureq::AgentBuilder::new().redirects(0).build(),
+        "POST",
+        &s.url("/_session?next=/sx_sessdb"),
+        None,
+        &[("Content-Type", "application/json")],
+        Some(br#"{"name":"sx_sess","password":"sess-pw"}"#),
+    );
+    assert_eq!(r.status, 302, "{r:?}");
+    assert!(r
+        .header("location")
+        .is_some_and(|l| l.ends_with("/sx_sessdb")));
+    // Tampered cookies are anonymous: another user's name with this MAC,
+    // a cut MAC, a cookie made with another secret; garbage is a 400.
+    let value = cookie.trim_start_matches("AuthSession=");
+    let decoded = base64_decode(value);
+    let colon = decoded.iter().position(|&b| b == b':').expect("name:");
+    let mut other = b"sx_member".to_vec();
+    other.extend_from_slice(&decoded[colon..]);
+    let forged = [
+        format!("AuthSession={}", base64_encode(&other)),
+        format!(
+            "AuthSession={}",
+            base64_encode(&decoded[..decoded.len() - 4])
+        ),
+        format!(
+            "AuthSession={}",
+            settee_auth::cookie::make(
+                "sx_sess",
+                "0123456789abcdef0123456789abcdef",
+                "not-the-secret",
+                now()
+            )
+        ),
+    ];
+    for c in &forged {
+        let r = with_cookie(s, "/sx_sessdb", c);
+        assert_eq!(r.status, 401, "{c}: {r:?}");
+        assert_eq!(
+            with_cookie(s, "/_session", c).json()["userCtx"]["name"],
+            Value::Null
+        );
+    }
+    assert_eq!(with_cookie(s, "/_session", "AuthSession=%%%").status, 400);
+    // Logging out answers an emptied cookie.
+    let r = call(
+        &common::agent(),
+        "DELETE",
+        &s.url("/_session"),
+        None,
+        &[],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("set-cookie")
+        .is_some_and(|c| c.starts_with("AuthSession=;")));
+}
+
+#[test]
+fn session_cookies_are_renewed_and_expire_with_the_configured_timeout() {
+    let s = Server::start();
+    put_user(&s, "sx_short", "short-pw", &[]);
+    let r = s.admin(
+        "PUT",
+        "/_node/_local/_config/chttpd_auth/timeout",
+        Some(r#""3""#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = login(
+        &s,
+        "application/json",
+        r#"{"name":"sx_short","password":"short-pw"}"#,
+    );
+    let cookie = cookie_of(&r);
+    assert!(r
+        .header("set-cookie")
+        .is_some_and(|c| c.contains("Max-Age=3")));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Past a tenth of its life: the answer carries a fresh cookie.
+    let r = with_cookie(&s, "/_session", &cookie);
+    assert_eq!(r.json()["userCtx"]["name"], "sx_short");
+    assert!(r.header("set-cookie").is_some(), "renewed: {r:?}");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // Expired: anonymous.
+    let r = with_cookie(&s, "/_session", &cookie);
+    assert_eq!(r.json()["userCtx"]["name"], Value::Null, "{r:?}");
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .expect("base64url")
+}
+
+fn base64_encode(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}

@@ -156,6 +156,21 @@ pub fn location(req: &Req, db: &str, id: Option<&str>) -> Option<HeaderValue> {
     HeaderValue::from_str(&url).ok()
 }
 
+/// An absolute URL on this server for `path` (a `next` redirect): a full
+/// URL as given, else the request's host and scheme before it.
+pub fn absolute_url(req: &Req, path: &str) -> String {
+    if path.starts_with("http://") || path.starts_with("https://") {
+        return path.to_string();
+    }
+    let host = req
+        .header("x-forwarded-host")
+        .or_else(|| req.header(header::HOST))
+        .unwrap_or("localhost");
+    let scheme = req.header("x-forwarded-proto").unwrap_or("http");
+    let slash = if path.starts_with('/') { "" } else { "/" };
+    format!("{scheme}://{host}{slash}{path}")
+}
+
 pub async fn ensure_full_commit(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_reader(req)?;

@@ -56,7 +56,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         ["_all_dbs"] => server::all_dbs(app, req).await,
         ["_dbs_info"] => server::dbs_info(app, req).await,
         ["_uuids"] => server::uuids(app, req),
-        ["_session"] => server::session(req),
+        ["_session"] => server::session(app, req).await,
         ["_active_tasks"] => server::active_tasks(app, req),
         ["_membership"] => server::membership(req),
         ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,

@@ -215,16 +215,101 @@ fn json_with_etag(status: StatusCode, v: &Value) -> Response {
     resp
 }
 
-pub fn session(req: &Req) -> ApiResult<Response> {
-    allow(req, GET, "GET,HEAD")?;
-    let mut info = json!({"authentication_handlers": ["default"]});
-    if req.user.name.is_some() {
-        info["authenticated"] = json!("default");
+/// `/_session`: who the request is (GET), a login answered with a
+/// session cookie (POST, JSON or form body, `next` to redirect), a logout
+/// (DELETE).
+pub async fn session(app: &App, req: &mut Req) -> ApiResult<Response> {
+    allow(
+        req,
+        &[Method::GET, Method::HEAD, Method::POST, Method::DELETE],
+        "DELETE,GET,HEAD,POST",
+    )?;
+    match req.method {
+        Method::POST => login(app, req).await,
+        Method::DELETE => {
+            let cookie = crate::auth::session_cookie(&app.config, "", now_secs());
+            let mut resp = json_value(StatusCode::OK, &json!({"ok": true}));
+            set_cookie(&mut resp, &cookie);
+            Ok(resp)
+        }
+        _ => {
+            let mut info = json!({"authentication_handlers": ["cookie", "default"]});
+            if let Some(m) = req.auth_method {
+                info["authenticated"] = json!(m);
+            }
+            Ok(json_value(
+                StatusCode::OK,
+                &json!({"ok": true, "userCtx": {"name": req.user.name, "roles": req.user.roles}, "info": info}),
+            ))
+        }
     }
-    Ok(json_value(
-        StatusCode::OK,
-        &json!({"ok": true, "userCtx": {"name": req.user.name, "roles": req.user.roles}, "info": info}),
-    ))
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn set_cookie(resp: &mut Response, cookie: &str) {
+    if let Ok(v) = axum::http::HeaderValue::from_str(cookie) {
+        resp.headers_mut().insert(axum::http::header::SET_COOKIE, v);
+    }
+}
+
+/// `POST /_session`: `name` and `password` from a JSON or form body.
+async fn login(app: &App, req: &mut Req) -> ApiResult<Response> {
+    let ctype = req
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let bytes = req.body_bytes().await?;
+    let field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let (name, password) = if ctype.starts_with("application/x-www-form-urlencoded") {
+        let mut name = None;
+        let mut password = None;
+        for (k, v) in form_urlencoded::parse(&bytes) {
+            match &*k {
+                "name" | "username" => name = Some(v.into_owned()),
+                "password" => password = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+        (name, password)
+    } else if ctype.starts_with("application/json") {
+        let v: Value = serde_json::from_slice(&bytes).map_err(|_| ApiError::invalid_json())?;
+        (
+            field(&v, "name").or_else(|| field(&v, "username")),
+            field(&v, "password"),
+        )
+    } else {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_content_type",
+            "Content-Type must be application/x-www-form-urlencoded or application/json",
+        ));
+    };
+    let (Some(name), Some(password)) = (name, password) else {
+        return Err(ApiError::unauthorized("Name or password is incorrect."));
+    };
+    let (user, cookie) = app.auth.login(&name, &password, &app.engine).await?;
+    let body = json!({"ok": true, "name": user.name, "roles": user.roles});
+    let next = req.query.get("next").map(str::to_string);
+    let mut resp = match next {
+        Some(next) => {
+            let mut r = json_value(StatusCode::FOUND, &body);
+            let location = crate::routes::db::absolute_url(req, &next);
+            if let Ok(v) = axum::http::HeaderValue::from_str(&location) {
+                r.headers_mut().insert(axum::http::header::LOCATION, v);
+            }
+            r
+        }
+        None => json_value(StatusCode::OK, &body),
+    };
+    set_cookie(&mut resp, &cookie);
+    Ok(resp)
 }
 
 pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
