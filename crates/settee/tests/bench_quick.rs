@@ -161,6 +161,13 @@ fn quick_run_of_every_scenario() {
     }
     // The bench cleaned up after itself.
     let dbs = server.admin("GET", "/_all_dbs", None).json();
-    assert_eq!(dbs, serde_json::json!([]), "leftover databases");
+    let leftover: Vec<&str> = dbs
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|d| d.as_str())
+        .filter(|d| !d.starts_with('_'))
+        .collect();
+    assert_eq!(leftover, Vec::<&str>::new(), "leftover databases");
     eprintln!("quick bench of {} scenarios took {took:?}", scenarios.len());
 }
