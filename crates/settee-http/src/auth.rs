@@ -601,6 +601,19 @@ pub fn require_db_admin(req: &Req) -> ApiResult<()> {
     Ok(sec.check_admin(&req.user)?)
 }
 
+/// Compaction and view clean-up, as CouchDB checks them (its
+/// `check_is_admin`): a member check first, then 401 "You are not a server
+/// or db admin." for anyone who is not a db admin, named or not.
+pub fn require_db_admin_to_compact(req: &Req) -> ApiResult<()> {
+    let sec = db_security(req);
+    sec.check_member(&req.user)?;
+    if sec.is_admin(&req.user) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("You are not a server or db admin."))
+    }
+}
+
 /// Writing non-design documents: like reading (members may write).
 pub fn require_db_writer(req: &Req) -> ApiResult<()> {
     require_db_reader(req)

@@ -69,6 +69,8 @@ impl Who {
 enum Needs {
     Member,
     DbAdmin,
+    /// Compaction: CouchDB answers 401 to members who are not db admins.
+    Compactor,
 }
 
 /// The status CouchDB's rules give `who` on an endpoint needing `needs`
@@ -80,6 +82,9 @@ fn expected(who: Who, needs: Needs, ok: u16) -> (u16, &'static str) {
         Who::Stranger => (403, "You are not allowed to access this db."),
         Who::Member | Who::RoleMember if needs == Needs::DbAdmin => {
             (403, "You are not a db or server admin.")
+        }
+        Who::Member | Who::RoleMember if needs == Needs::Compactor => {
+            (401, "You are not a server or db admin.")
         }
         _ => (ok, ""),
     }
@@ -206,7 +211,7 @@ fn endpoints() -> Vec<Endpoint> {
             201,
         ),
         e(
-            Needs::DbAdmin,
+            Needs::Compactor,
             "POST",
             format!("/{DB}/_compact"),
             Some(json!({})),
@@ -246,6 +251,19 @@ fn the_authorisation_matrix_holds_on_every_endpoint_class() {
             }
         }
     }
+    // A member's bulk request: design documents refused one by one.
+    let r = request(
+        s,
+        Who::Member,
+        "POST",
+        &format!("/{DB}/_bulk_docs"),
+        Some(&json!({"docs": [{"_id": "_design/sx_bulk"}, {"_id": fresh_id()}]})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let results = r.json();
+    assert_eq!(results[0]["error"], "forbidden", "{results}");
+    assert_eq!(results[0]["reason"], "You are not a db or server admin.");
+    assert!(results[1]["ok"] == true, "{results}");
     // The security object itself: db admins change it, members do not.
     let sec = json!({
         "members": {"names": ["sx_member"], "roles": ["sx_readers"]},

@@ -275,9 +275,7 @@ fn may_name_local(text: &str) -> bool {
 
 /// Parses one document of a `_bulk_docs` body, refusing one larger than
 /// `max_size` (CouchDB's 413, naming the id the body gave, if any).
-/// `db_admin`: whether the writer may write design documents (a check
-/// made per document, as CouchDB refuses only those in a bulk request).
-fn parse_doc(app: &App, db_admin: ApiResult<()>, text: &str, max_size: u64) -> ApiResult<Parsed> {
+fn parse_doc(app: &App, text: &str, max_size: u64) -> ApiResult<Parsed> {
     let generated = std::cell::Cell::new(false);
     let new_id = || {
         generated.set(true);
@@ -312,7 +310,6 @@ fn parse_doc(app: &App, db_admin: ApiResult<()>, text: &str, max_size: u64) -> A
         return Err(ApiError::doc_too_large(id));
     }
     if doc.id.starts_with("_design/") {
-        db_admin?;
         if !doc.deleted {
             settee_core::design::validate(&doc.body.to_map())?;
         }
@@ -423,7 +420,10 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     let chunk = db.chunk_docs();
     let validators = app.design.validators(&db)?;
     // A document's body is never longer than its text: none can be too large.
+    // Design documents from a writer who is not a database admin are
+    // refused one by one (below), as CouchDB refuses them.
     let outcome: Result<Vec<DocResult>, BulkError> = if validators.is_none()
+        && require_design_writer(req).is_ok()
         && new_edits
         && !all_or_nothing
         && docs.len() > chunk
@@ -435,7 +435,6 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         // writer as soon as it is parsed, and parsing the next overlaps
         // writing it.
         let mut raws = docs.iter();
-        let db_admin = require_design_writer(req);
         let place = &mut place;
         db.update_chunks_async(opts, || {
             if raws.len() == 0 {
@@ -444,7 +443,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             let mut out = Vec::with_capacity(chunk);
             while out.len() < chunk {
                 let Some(raw) = raws.next() else { break };
-                match parse_doc(app, db_admin.clone(), raw.get(), max_size) {
+                match parse_doc(app, raw.get(), max_size) {
                     Ok(p) => out.extend(place.place(p)),
                     Err(e) => return Some(Err(BulkError::Api(e))),
                 }
@@ -457,7 +456,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         let parsed = docs
             .iter()
             .map(|raw| {
-                let p = parse_doc(app, require_design_writer(req), raw.get(), max_size)?;
+                let p = parse_doc(app, raw.get(), max_size)?;
                 let has_rev = match &p {
                     Parsed::Local(_, rev, _) => rev.is_some(),
                     Parsed::Doc(doc) => doc.rev.is_some(),
@@ -472,8 +471,12 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         if engine_docs.iter().any(|d| d.id.starts_with("_design/")) {
             // Design documents whose functions do not compile are refused.
             let mut verdicts = Vec::with_capacity(engine_docs.len());
+            let db_admin = require_design_writer(req);
             for d in &engine_docs {
-                verdicts.push(super::view::check_design(app, d).await);
+                verdicts.push(match &db_admin {
+                    Err(e) if d.id.starts_with("_design/") => Err(e.clone()),
+                    _ => super::view::check_design(app, d).await,
+                });
             }
             engine_docs = place.refuse(engine_docs, verdicts);
         }

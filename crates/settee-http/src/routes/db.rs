@@ -206,7 +206,7 @@ pub async fn revs_limit(app: &App, req: &mut Req, name: &str) -> ApiResult<Respo
 
 pub async fn compact(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_admin(req)?;
+    crate::auth::require_db_admin_to_compact(req)?;
     let db = app.db(name)?;
     req.require_json_ctype()?;
     if db.compact()? {
@@ -224,7 +224,7 @@ pub async fn compact_views(
     ddoc: &str,
 ) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_admin(req)?;
+    crate::auth::require_db_admin_to_compact(req)?;
     let db = app.db(name)?;
     req.require_json_ctype()?;
     let id = format!("_design/{ddoc}");

@@ -13,7 +13,7 @@ use settee_core::doc::Doc;
 use settee_views::{Out, ViewArgs};
 
 use super::allow;
-use crate::auth::{require_db_admin, require_db_reader};
+use crate::auth::require_db_reader;
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, json_value};
 use crate::request::Req;
@@ -152,7 +152,7 @@ pub async fn info(app: &App, req: &mut Req, db: &str, ddoc: &str) -> ApiResult<R
 /// `POST /db/_view_cleanup`: drops indexes no design document uses.
 pub async fn cleanup(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    require_db_admin(req)?;
+    crate::auth::require_db_admin_to_compact(req)?;
     let db = app.db(db)?;
     let app = app.clone();
     tokio::task::spawn_blocking(move || app.views.cleanup(&db)).await??;
