@@ -309,10 +309,8 @@ fn parse_doc(app: &App, text: &str, max_size: u64) -> ApiResult<Parsed> {
         let id = if generated.get() { "" } else { doc.id.as_str() };
         return Err(ApiError::doc_too_large(id));
     }
-    if doc.id.starts_with("_design/") {
-        if !doc.deleted {
-            settee_core::design::validate(&doc.body.to_map())?;
-        }
+    if doc.id.starts_with("_design/") && !doc.deleted {
+        settee_core::design::validate(&doc.body.to_map())?;
     }
     Ok(Parsed::Doc(doc))
 }
