@@ -147,7 +147,7 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
             basic(&format!("{}:{}", t.admin.0, t.admin.1)),
         )),
         Auth::None => {}
-        Auth::Basic(c) => headers.push(("Authorization".into(), basic(c))),
+        Auth::Basic(c) => headers.push(("Authorization".into(), basic(&subst(c, db, prev)?))),
     }
     let mut body = match &step.body {
         Some(b) => Some(subst(b, db, prev)?.into_bytes()),
