@@ -291,10 +291,22 @@ async fn login(app: &App, req: &mut Req) -> ApiResult<Response> {
             "Content-Type must be application/x-www-form-urlencoded or application/json",
         ));
     };
-    let (Some(name), Some(password)) = (name, password) else {
-        return Err(ApiError::unauthorized("Name or password is incorrect."));
+    let logged_in = match (name, password) {
+        (Some(name), Some(password)) => app.auth.login(&name, &password, &app.engine).await,
+        _ => Err(ApiError::unauthorized("Name or password is incorrect.")),
     };
-    let (user, cookie) = app.auth.login(&name, &password, &app.engine).await?;
+    let (user, cookie) = match logged_in {
+        Ok(ok) => ok,
+        Err(e) => {
+            // A failed login also ends any session (an emptied cookie, as CouchDB).
+            let mut resp = axum::response::IntoResponse::into_response(e);
+            set_cookie(
+                &mut resp,
+                &crate::auth::session_cookie(&app.config, "", now_secs()),
+            );
+            return Ok(resp);
+        }
+    };
     let body = json!({"ok": true, "name": user.name, "roles": user.roles});
     let next = req.query.get("next").map(str::to_string);
     let mut resp = match next {
