@@ -255,6 +255,35 @@ pub fn ensure_secret(config: &Config) -> Result<(), String> {
         .map_err(|e| e.reason.to_string())
 }
 
+/// The client's address (a request extension set per connection), which
+/// the login lockout counts failures by.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub Option<std::net::IpAddr>);
+
+/// `[chttpd_auth_lockout]`: after `threshold` failed logins (5) for one
+/// user from one address, further attempts are refused (403) without a
+/// password check until `max_lifetime` ms (300000) after the first
+/// failure; at most `max_objects` (10000) pairs are tracked; `mode` is
+/// `enforce` (default), `warn` (log only) or `off`. Only existing users are
+/// counted, as in CouchDB.
+#[derive(Debug, Default)]
+struct Lockout {
+    failures: HashMap<(Option<std::net::IpAddr>, String), (u32, std::time::Instant)>,
+}
+
+const LOCKOUT_SECTION: &str = "chttpd_auth_lockout";
+
+/// Why credentials were refused.
+enum Refused {
+    /// A wrong password for an existing user (counted for the lockout).
+    Existing,
+    /// No such user.
+    Unknown,
+    /// The check itself failed.
+    Api(ApiError),
+}
+const LOCKED: &str = "Account is temporarily locked due to multiple authentication failures";
+
 /// The authenticator.
 #[derive(Debug)]
 pub struct Auth {
@@ -265,6 +294,8 @@ pub struct Auth {
     verifying: tokio::sync::Mutex<()>,
     /// PBKDF2 verifications run so far.
     verifications: AtomicU64,
+    /// Failed logins by user and address.
+    lockout: Mutex<Lockout>,
 }
 
 impl Auth {
@@ -274,7 +305,83 @@ impl Auth {
             verified: Mutex::new(HashMap::new()),
             verifying: tokio::sync::Mutex::new(()),
             verifications: AtomicU64::new(0),
+            lockout: Mutex::new(Lockout::default()),
         }
+    }
+
+    fn lockout_setting(&self, key: &str, default: u64) -> u64 {
+        self.config
+            .get(LOCKOUT_SECTION, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    fn lockout_mode(&self) -> String {
+        self.config
+            .get(LOCKOUT_SECTION, "mode")
+            .unwrap_or_else(|| "enforce".to_string())
+    }
+
+    /// 403 when `user` from `peer` is locked out (enforce mode).
+    fn check_lockout(&self, peer: Option<std::net::IpAddr>, user: &str) -> ApiResult<()> {
+        let mode = self.lockout_mode();
+        if mode == "off" {
+            return Ok(());
+        }
+        let threshold = self.lockout_setting("threshold", 5);
+        let lifetime =
+            std::time::Duration::from_millis(self.lockout_setting("max_lifetime", 300_000));
+        let mut lock = self.lockout.lock();
+        let key = (peer, user.to_string());
+        let locked = match lock.failures.get(&key) {
+            Some((_, first)) if first.elapsed() >= lifetime => {
+                lock.failures.remove(&key);
+                false
+            }
+            Some((n, _)) => u64::from(*n) >= threshold,
+            None => false,
+        };
+        if !locked {
+            return Ok(());
+        }
+        tracing::warn!(user, ?peer, "authentication rejected for a locked-out user");
+        if mode == "enforce" {
+            Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "forbidden",
+                LOCKED,
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Counts a failed login of an existing user.
+    fn record_failure(&self, peer: Option<std::net::IpAddr>, user: &str) {
+        if self.lockout_mode() == "off" {
+            return;
+        }
+        let max =
+            usize::try_from(self.lockout_setting("max_objects", 10_000)).unwrap_or(usize::MAX);
+        let lifetime =
+            std::time::Duration::from_millis(self.lockout_setting("max_lifetime", 300_000));
+        let mut lock = self.lockout.lock();
+        if lock.failures.len() >= max {
+            lock.failures
+                .retain(|_, (_, first)| first.elapsed() < lifetime);
+        }
+        let key = (peer, user.to_string());
+        if lock.failures.len() >= max && !lock.failures.contains_key(&key) {
+            return;
+        }
+        let entry = lock
+            .failures
+            .entry(key)
+            .or_insert((0, std::time::Instant::now()));
+        if entry.1.elapsed() >= lifetime {
+            *entry = (0, std::time::Instant::now());
+        }
+        entry.0 = entry.0.saturating_add(1);
     }
 
     /// Whether `key` (see [`cache_key`]) is the cached digest of `user`'s
@@ -292,9 +399,10 @@ impl Auth {
         &self,
         headers: &HeaderMap,
         engine: &Engine,
+        peer: Option<std::net::IpAddr>,
     ) -> ApiResult<Authenticated> {
         if headers.contains_key(header::AUTHORIZATION) {
-            let user = self.basic(headers, engine).await?;
+            let user = self.basic(headers, engine, peer).await?;
             let method = user.name.is_some().then_some("default");
             return Ok(Authenticated {
                 user,
@@ -382,8 +490,9 @@ impl Auth {
         name: &str,
         password: &str,
         engine: &Engine,
+        peer: Option<std::net::IpAddr>,
     ) -> ApiResult<(UserCtx, String)> {
-        let user = self.check_password(name, password, engine).await?;
+        let user = self.check_password(name, password, engine, peer).await?;
         let (_, salt) = self
             .lookup(name, engine)?
             .ok_or_else(|| ApiError::unauthorized("Name or password is incorrect."))?;
@@ -397,7 +506,12 @@ impl Auth {
     }
 
     /// The requester named by HTTP Basic credentials.
-    async fn basic(&self, headers: &HeaderMap, engine: &Engine) -> ApiResult<UserCtx> {
+    async fn basic(
+        &self,
+        headers: &HeaderMap,
+        engine: &Engine,
+        peer: Option<std::net::IpAddr>,
+    ) -> ApiResult<UserCtx> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Ok(UserCtx::default());
         };
@@ -416,7 +530,7 @@ impl Auth {
         let Some((user, password)) = text.split_once(':') else {
             return Ok(UserCtx::default());
         };
-        self.check_password(user, password, engine).await
+        self.check_password(user, password, engine, peer).await
     }
 
     /// The context of user `user` when `password` is theirs; 401 else.
@@ -425,20 +539,43 @@ impl Auth {
         user: &str,
         password: &str,
         engine: &Engine,
+        peer: Option<std::net::IpAddr>,
     ) -> ApiResult<UserCtx> {
-        let bad = || ApiError::unauthorized("Name or password is incorrect.");
+        self.check_lockout(peer, user)?;
+        let checked = self.verify_credentials(user, password, engine).await;
+        if let Err(Refused::Existing) = &checked {
+            self.record_failure(peer, user);
+        }
+        checked.map_err(|r| match r {
+            Refused::Api(e) => e,
+            Refused::Existing | Refused::Unknown => {
+                ApiError::unauthorized("Name or password is incorrect.")
+            }
+        })
+    }
+
+    /// The user's context when `password` is theirs.
+    async fn verify_credentials(
+        &self,
+        user: &str,
+        password: &str,
+        engine: &Engine,
+    ) -> Result<UserCtx, Refused> {
         if let Some(stored) = self.config.get(ADMINS, user) {
             let (s, p) = (stored.clone(), password.to_string());
             if !self
                 .verify(user, &stored, password, move || verify_password(&s, &p))
-                .await?
+                .await
+                .map_err(Refused::Api)?
             {
-                return Err(bad());
+                return Err(Refused::Existing);
             }
             return Ok(UserCtx::server_admin(user));
         }
-        let doc = users_doc(engine, user)?.ok_or_else(bad)?;
-        let hash = UserHash::from_user_doc(&doc).ok_or_else(bad)?;
+        let doc = users_doc(engine, user)
+            .map_err(Refused::Api)?
+            .ok_or(Refused::Unknown)?;
+        let hash = UserHash::from_user_doc(&doc).ok_or(Refused::Unknown)?;
         let stored = format!(
             "{}:{}:{}:{}",
             hash.prf.as_str(),
@@ -451,9 +588,10 @@ impl Auth {
         let slot = format!("{USERS_DB}\0{user}");
         if !self
             .verify(&slot, &stored, password, move || hash.verify(&p))
-            .await?
+            .await
+            .map_err(Refused::Api)?
         {
-            return Err(bad());
+            return Err(Refused::Existing);
         }
         Ok(UserCtx {
             name: Some(user.to_string()),
@@ -655,9 +793,10 @@ mod tests {
             let tasks: Vec<_> = (0..8)
                 .map(|_| {
                     let (auth, engine) = (auth.clone(), engine.clone());
-                    tokio::spawn(
-                        async move { auth.authenticate(&basic("admin", "pw"), &engine).await },
-                    )
+                    tokio::spawn(async move {
+                        auth.authenticate(&basic("admin", "pw"), &engine, None)
+                            .await
+                    })
                 })
                 .collect();
             for t in tasks {
@@ -668,14 +807,14 @@ mod tests {
             // A wrong password is verified (and refused) every time.
             for _ in 0..2 {
                 let e = auth
-                    .authenticate(&basic("admin", "nope"), &engine)
+                    .authenticate(&basic("admin", "nope"), &engine, None)
                     .await
                     .unwrap_err();
                 assert_eq!(e.status, axum::http::StatusCode::UNAUTHORIZED);
             }
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);
             // The right one is still cached.
-            auth.authenticate(&basic("admin", "pw"), &engine)
+            auth.authenticate(&basic("admin", "pw"), &engine, None)
                 .await
                 .unwrap();
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);

@@ -221,6 +221,7 @@ fn design_redirect(
 /// when the connection cannot be reused.
 async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> Response {
     let (mut parts, body) = req.into_parts();
+    let peer = parts.extensions.get::<auth::Peer>().and_then(|p| p.0);
     if let Some(resp) = design_redirect(&parts.method, parts.uri.path(), &parts.headers) {
         return resp;
     }
@@ -242,7 +243,7 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         (Err(e), _) | (_, Err(e)) => Err(e),
         (Ok(()), Ok(segs)) => app
             .auth
-            .authenticate(&parts.headers, &app.engine)
+            .authenticate(&parts.headers, &app.engine, peer)
             .await
             .map(|u| (segs, u)),
     };
@@ -259,6 +260,7 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
                 body,
             );
             req.auth_method = who.method;
+            req.peer = peer;
             set_cookie = who.set_cookie;
             let result = routes::dispatch(app, &mut req, &segs).await;
             (result, req.settle_body().await)

@@ -183,6 +183,8 @@ pub struct Req {
     pub security: Option<Arc<settee_auth::SecurityObject>>,
     /// How the user was authenticated (`default`, `cookie`), if at all.
     pub auth_method: Option<&'static str>,
+    /// The client's address.
+    pub peer: Option<std::net::IpAddr>,
     /// In a mutex only so that `&Req` is `Sync` (handlers hold it across awaits);
     /// it is only ever accessed through `&mut self`, never locked concurrently.
     /// `None` once read (or abandoned).
@@ -211,6 +213,7 @@ impl Req {
             settings,
             security: None,
             auth_method: None,
+            peer: None,
             body: parking_lot::Mutex::new(Some(body)),
             abandoned: false,
         }

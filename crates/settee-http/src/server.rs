@@ -207,13 +207,21 @@ async fn serve_thread(
         };
         // Best effort: a socket that refuses NODELAY still works.
         let _ = stream.set_nodelay(true);
+        // Each request knows its client's address (the login lockout).
+        let peer = crate::auth::Peer(stream.peer_addr().ok().map(|a| a.ip()));
+        let svc = tower::ServiceBuilder::new()
+            .map_request(move |mut r: hyper::Request<hyper::body::Incoming>| {
+                r.extensions_mut().insert(peer);
+                r
+            })
+            .service(svc.clone());
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(opts.header_read_timeout)
             .keep_alive(true)
             .serve_connection(
                 TokioIo::new(Linger::new(stream)),
-                TowerToHyperService::new(svc.clone()),
+                TowerToHyperService::new(svc),
             );
         let conn = graceful.watch(conn);
         let loads = loads.clone();

@@ -53,7 +53,7 @@ impl Who {
         match self {
             Who::Anonymous => None,
             Who::Unknown => Some(("sx_nobody", "pw")),
-            Who::WrongPassword => Some(("sx_member", "not-the-password")),
+            Who::WrongPassword => Some(("sx_wrongpw", "not-the-password")),
             Who::Stranger => Some(("sx_stranger", "pw-stranger")),
             Who::Member => Some(("sx_member", "pw-member")),
             Who::RoleMember => Some(("sx_role", "pw-role")),
@@ -73,10 +73,17 @@ enum Needs {
     Compactor,
 }
 
+/// Wrong passwords sent so far (the sixth locks the user out).
+static WRONG: AtomicU64 = AtomicU64::new(0);
+
 /// The status CouchDB's rules give `who` on an endpoint needing `needs`
 /// (`ok` when allowed).
 fn expected(who: Who, needs: Needs, ok: u16) -> (u16, &'static str) {
     match who {
+        Who::WrongPassword if WRONG.fetch_add(1, Ordering::Relaxed) >= 5 => (
+            403,
+            "Account is temporarily locked due to multiple authentication failures",
+        ),
         Who::Unknown | Who::WrongPassword => (401, "Name or password is incorrect."),
         Who::Anonymous => (401, "You are not authorized to access this db."),
         Who::Stranger => (403, "You are not allowed to access this db."),
@@ -121,6 +128,7 @@ fn put_user(s: &Server, name: &str, password: &str, roles: &[&str]) {
 
 fn setup(s: &Server) {
     put_user(s, "sx_stranger", "pw-stranger", &[]);
+    put_user(s, "sx_wrongpw", "pw-wrongpw", &[]);
     put_user(s, "sx_member", "pw-member", &[]);
     put_user(s, "sx_role", "pw-role", &["sx_readers"]);
     put_user(s, "sx_dbadmin", "pw-dbadmin", &[]);
@@ -347,7 +355,8 @@ fn users_passwords_are_stored_as_hashes_and_the_users_database_is_closed() {
         None,
     );
     assert_eq!(r.status, 200, "{r:?}");
-    // Only server admins read, write, or reconfigure the users database.
+    // Only server admins read, write, or reconfigure the users database
+    // (listing it: 401 "You are not a server admin." for users too).
     for (who, status) in [(None, 401), (Some(("sx_hash", "s3cret-pw")), 403)] {
         for (method, path, body) in [
             ("GET", "/_users/org.couchdb.user:sx_hash", None),
@@ -371,6 +380,11 @@ fn users_passwords_are_stored_as_hashes_and_the_users_database_is_closed() {
                 &[("Content-Type", "application/json")],
                 body.map(str::as_bytes),
             );
+            let status = if path.ends_with("_all_docs") {
+                401
+            } else {
+                status
+            };
             assert_eq!(r.status, status, "{who:?} {method} {path}: {r:?}");
         }
     }
@@ -589,4 +603,52 @@ fn base64_decode(s: &str) -> Vec<u8> {
 fn base64_encode(b: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}
+
+#[test]
+fn repeated_wrong_passwords_lock_a_user_out_and_unknown_users_are_not_tracked() {
+    let s = Server::start();
+    put_user(&s, "sx_locked", "right-pw", &[]);
+    let agent = common::agent();
+    let basic = |user: &str, pw: &str| {
+        call(
+            &agent,
+            "GET",
+            &s.url("/_session"),
+            Some((user, pw)),
+            &[],
+            None,
+        )
+    };
+    // Five failures are 401s; from the sixth on the account is locked (403),
+    // even with the right password, and no password is checked.
+    for _ in 0..5 {
+        assert_eq!(basic("sx_locked", "wrong").status, 401);
+    }
+    for pw in ["wrong", "right-pw"] {
+        let r = basic("sx_locked", pw);
+        assert_eq!(r.status, 403, "{r:?}");
+        assert_eq!(
+            r.json()["reason"],
+            "Account is temporarily locked due to multiple authentication failures"
+        );
+    }
+    let r = login(
+        &s,
+        "application/json",
+        r#"{"name":"sx_locked","password":"right-pw"}"#,
+    );
+    assert_eq!(r.status, 403, "_session logins are locked too: {r:?}");
+    // Unknown users are never locked out.
+    for _ in 0..7 {
+        assert_eq!(basic("sx_no_such_user", "x").status, 401);
+    }
+    // `mode = off` stops enforcing.
+    let r = s.admin(
+        "PUT",
+        "/_node/_local/_config/chttpd_auth_lockout/mode",
+        Some(r#""off""#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(basic("sx_locked", "right-pw").status, 200);
 }

@@ -292,7 +292,10 @@ async fn login(app: &App, req: &mut Req) -> ApiResult<Response> {
         ));
     };
     let logged_in = match (name, password) {
-        (Some(name), Some(password)) => app.auth.login(&name, &password, &app.engine).await,
+        (Some(name), Some(password)) => {
+            let peer = req.peer;
+            app.auth.login(&name, &password, &app.engine, peer).await
+        }
         _ => Err(ApiError::unauthorized("Name or password is incorrect.")),
     };
     let (user, cookie) = match logged_in {
