@@ -644,6 +644,26 @@ async fn setup(opts: &HostileOptions, gen: &GenConfig) -> Result<(), String> {
     c.json("GET", "/", None)
         .await
         .map_err(|e| format!("server not answering: {e}"))?;
+    if opts.pbkdf2_per_million > 0 {
+        // The run sends wrong admin passwords (to load the password
+        // checks): the login lockout would otherwise lock the admin out
+        // for the rest of the run. Warn-only, as the run is not about it.
+        let r = c
+            .request(
+                "PUT",
+                "/_node/_local/_config/chttpd_auth_lockout/mode",
+                Some(br#""warn""#.as_slice()),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.status != 200 {
+            return Err(format!(
+                "cannot set the login lockout to warn: {} {}",
+                r.status,
+                preview(&r.body, 200)
+            ));
+        }
+    }
     for db in gen.initial_dbs() {
         let r = c
             .request("PUT", &format!("/{db}"), None)
