@@ -71,6 +71,13 @@ pub struct Settings {
     /// `[couchdb] users_db_security_editable` (default false: the users
     /// database's security object cannot be changed).
     pub users_db_security_editable: bool,
+    /// `[chttpd] require_valid_user`: anonymous requests are refused (401
+    /// "Authentication required.") but for logging in (`POST /_session`),
+    /// and for `/_up` with `require_valid_user_except_for_up`.
+    pub require_valid_user: bool,
+    pub require_valid_user_except_for_up: bool,
+    /// `[httpd] WWW-Authenticate`: sent with every 401 when set.
+    pub www_authenticate: Option<String>,
     pub uuid_algorithm: UuidAlgorithm,
     /// `[uuids] utc_id_suffix`, appended by the `utc_id` algorithm.
     pub utc_id_suffix: String,
@@ -113,6 +120,15 @@ impl Settings {
             default_security_admin_only: get("couchdb", "default_security") != Some("everyone"),
             admin_only_all_dbs: boolean("chttpd", "admin_only_all_dbs", true),
             users_db_security_editable: boolean("couchdb", "users_db_security_editable", false),
+            require_valid_user: boolean("chttpd", "require_valid_user", false),
+            require_valid_user_except_for_up: boolean(
+                "chttpd",
+                "require_valid_user_except_for_up",
+                false,
+            ),
+            www_authenticate: get("httpd", "WWW-Authenticate")
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
             uuid_algorithm: match get("uuids", "algorithm") {
                 Some("random") => UuidAlgorithm::Random,
                 Some("utc_random") => UuidAlgorithm::UtcRandom,

@@ -245,7 +245,20 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
             .auth
             .authenticate(&parts.headers, &app.engine, peer)
             .await
-            .map(|u| (segs, u)),
+            .and_then(|who| {
+                let login = parts.method == Method::POST && segs == ["_session"];
+                let up = settings.require_valid_user_except_for_up && segs == ["_up"];
+                if settings.require_valid_user && who.user.name.is_none() && !login && !up {
+                    Err(ApiError::unauthorized("Authentication required."))
+                } else {
+                    Ok((segs, who))
+                }
+            }),
+    };
+    let www_authenticate = if settings.require_valid_user {
+        Some("Basic realm=\"server\"".to_string())
+    } else {
+        settings.www_authenticate.clone()
     };
     let mut set_cookie = None;
     let (result, reusable) = match prelude {
@@ -277,6 +290,11 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         }
         Err(e) => e.into_response(),
     };
+    if resp.status() == StatusCode::UNAUTHORIZED {
+        if let Some(v) = www_authenticate.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+    }
     // A session cookie past a tenth of its life is renewed (CouchDB).
     if let Some(c) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
         if !resp.headers().contains_key(header::SET_COOKIE) {

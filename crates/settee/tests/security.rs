@@ -652,3 +652,54 @@ fn repeated_wrong_passwords_lock_a_user_out_and_unknown_users_are_not_tracked() 
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(basic("sx_locked", "right-pw").status, 200);
 }
+
+#[test]
+fn require_valid_user_refuses_anonymous_requests_but_logins() {
+    let s = Server::start();
+    put_user(&s, "sx_valid", "valid-pw", &[]);
+    for (key, value) in [
+        ("chttpd/require_valid_user", r#""true""#),
+        (
+            "httpd/WWW-Authenticate",
+            r#""Basic realm=\"administrator\"""#,
+        ),
+    ] {
+        let r = s.admin("PUT", &format!("/_node/_local/_config/{key}"), Some(value));
+        assert_eq!(r.status, 200, "{key}: {r:?}");
+    }
+    for path in ["/", "/_session", "/_up", "/_all_dbs"] {
+        let r = s.anon("GET", path, None);
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+        assert_eq!(r.json()["reason"], "Authentication required.");
+        assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"server\""));
+    }
+    // Logging in needs no credentials; the cookie then counts as valid.
+    let r = login(
+        &s,
+        "application/json",
+        r#"{"name":"sx_valid","password":"valid-pw"}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let cookie = cookie_of(&r);
+    assert_eq!(with_cookie(&s, "/", &cookie).status, 200);
+    // `/_up` may be exempted.
+    s.admin(
+        "PUT",
+        "/_node/_local/_config/chttpd/require_valid_user_except_for_up",
+        Some(r#""true""#),
+    );
+    assert_eq!(s.anon("GET", "/_up", None).status, 200);
+    // Without require_valid_user, 401s carry the configured challenge.
+    s.admin(
+        "PUT",
+        "/_node/_local/_config/chttpd/require_valid_user",
+        Some(r#""false""#),
+    );
+    let r = s.anon("GET", "/_all_dbs", None);
+    assert_eq!(r.status, 401, "{r:?}");
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Basic realm=\"administrator\"")
+    );
+    assert_eq!(s.anon("GET", "/", None).status, 200);
+}
