@@ -84,6 +84,21 @@ pub fn collate_str(a: &str, b: &str) -> Ordering {
 /// arrays element by element, objects member by member (name, then value),
 /// then the shorter one first. A total preorder like [`collate_loose`].
 pub fn compare_raw(a: &Value, b: &Value) -> Ordering {
+    compare_raw_values(a, b, &mut Ordering::Equal)
+}
+
+/// Total order on the raw collation ([`compare_raw`], with numerically
+/// equal numbers ordered as [`collate`] orders them: the first
+/// integer/float difference in traversal order, integers first) — the
+/// order of `"collation": "raw"` view keys.
+pub fn collate_raw(a: &Value, b: &Value) -> Ordering {
+    let mut tie = Ordering::Equal;
+    compare_raw_values(a, b, &mut tie).then(tie)
+}
+
+/// [`compare_raw`], recording the first strict difference between equal
+/// values in `tie` (as [`compare_values`] does).
+fn compare_raw_values(a: &Value, b: &Value, tie: &mut Ordering) -> Ordering {
     fn rank(v: &Value) -> u8 {
         match v {
             Value::Number(_) => 0,
@@ -96,24 +111,29 @@ pub fn compare_raw(a: &Value, b: &Value) -> Ordering {
         }
     }
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y, &mut Ordering::Equal),
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y, tie),
         (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
-        (Value::Array(x), Value::Array(y)) => x
-            .iter()
-            .zip(y)
-            .map(|(p, q)| compare_raw(p, q))
-            .find(|o| o.is_ne())
-            .unwrap_or_else(|| x.len().cmp(&y.len())),
-        (Value::Object(x), Value::Object(y)) => x
-            .iter()
-            .zip(y)
-            .map(|((kx, vx), (ky, vy))| {
-                kx.as_bytes()
+        (Value::Array(x), Value::Array(y)) => {
+            for (p, q) in x.iter().zip(y) {
+                let ord = compare_raw_values(p, q, tie);
+                if ord.is_ne() {
+                    return ord;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            for ((kx, vx), (ky, vy)) in x.iter().zip(y) {
+                let ord = kx
+                    .as_bytes()
                     .cmp(ky.as_bytes())
-                    .then_with(|| compare_raw(vx, vy))
-            })
-            .find(|o| o.is_ne())
-            .unwrap_or_else(|| x.len().cmp(&y.len())),
+                    .then_with(|| compare_raw_values(vx, vy, tie));
+                if ord.is_ne() {
+                    return ord;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
         _ => rank(a).cmp(&rank(b)),
     }
 }

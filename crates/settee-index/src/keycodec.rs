@@ -79,9 +79,8 @@
 //! rebuilt when the data changes.
 
 use std::borrow::Cow;
-use std::cmp::Ordering;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use settee_core::collate::{classify, collator, Num};
 
 #[cfg(test)]
@@ -757,92 +756,12 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 // Raw collation
 // ---------------------------------------------------------------------------
 
-/// Total order of `"collation": "raw"`: [`collate_raw_loose`], with ties
-/// between numerically equal numbers broken as in
-/// `settee_core::collate::collate` (the first integer/float difference in
-/// traversal order; integers first).
-pub fn collate_raw(a: &Value, b: &Value) -> Ordering {
-    let mut tie = Ordering::Equal;
-    raw_compare(a, b, &mut tie).then(tie)
-}
+/// Total order of `"collation": "raw"` (settee-core's, shared with Mango's
+/// `_id` comparisons).
+pub use settee_core::collate::collate_raw;
 
 /// CouchDB's raw collation as-is: Erlang term order of the decoded JSON
 /// (`numbers < false < null < true < objects < arrays < strings`; numbers
 /// by value, so `1` equals `1.0`; strings and object member names as raw
 /// bytes; arrays and objects element by element, then shorter first).
-pub fn collate_raw_loose(a: &Value, b: &Value) -> Ordering {
-    let mut ignored = Ordering::Equal;
-    raw_compare(a, b, &mut ignored)
-}
-
-fn raw_rank(v: &Value) -> u8 {
-    match v {
-        Value::Number(_) => 0,
-        Value::Bool(false) => 1,
-        Value::Null => 2,
-        Value::Bool(true) => 3,
-        Value::Object(_) => 4,
-        Value::Array(_) => 5,
-        Value::String(_) => 6,
-    }
-}
-
-fn raw_compare(a: &Value, b: &Value, tie: &mut Ordering) -> Ordering {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (classify(x), classify(y));
-            let loose = compare_nums(x, y);
-            if loose == Ordering::Equal && *tie == Ordering::Equal {
-                *tie = matches!(x, Num::Float(_)).cmp(&matches!(y, Num::Float(_)));
-            }
-            loose
-        }
-        (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
-        (Value::Array(x), Value::Array(y)) => {
-            for (p, q) in x.iter().zip(y) {
-                let ord = raw_compare(p, q, tie);
-                if ord != Ordering::Equal {
-                    return ord;
-                }
-            }
-            x.len().cmp(&y.len())
-        }
-        (Value::Object(x), Value::Object(y)) => raw_compare_objects(x, y, tie),
-        _ => raw_rank(a).cmp(&raw_rank(b)),
-    }
-}
-
-fn raw_compare_objects(
-    x: &Map<String, Value>,
-    y: &Map<String, Value>,
-    tie: &mut Ordering,
-) -> Ordering {
-    for ((kx, vx), (ky, vy)) in x.iter().zip(y) {
-        let ord = kx
-            .as_bytes()
-            .cmp(ky.as_bytes())
-            .then_with(|| raw_compare(vx, vy, tie));
-        if ord != Ordering::Equal {
-            return ord;
-        }
-    }
-    x.len().cmp(&y.len())
-}
-
-/// Exact comparison of two numbers by value.
-fn compare_nums(x: Num, y: Num) -> Ordering {
-    match (x, y) {
-        (Num::Int(i), Num::Int(j)) => i.cmp(&j),
-        (Num::Float(f), Num::Float(g)) => f.partial_cmp(&g).unwrap_or(Ordering::Equal),
-        (Num::Int(i), Num::Float(f)) => compare_int_float(i, f),
-        (Num::Float(f), Num::Int(i)) => compare_int_float(i, f).reverse(),
-    }
-}
-
-fn compare_int_float(i: i128, f: f64) -> Ordering {
-    let whole = f.trunc();
-    // Saturating cast; JSON integers are far inside i128.
-    let whole_int = whole as i128;
-    i.cmp(&whole_int)
-        .then_with(|| 0.0_f64.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal))
-}
+pub use settee_core::collate::compare_raw as collate_raw_loose;

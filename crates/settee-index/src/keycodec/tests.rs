@@ -2,6 +2,7 @@ use super::*;
 use proptest::prelude::*;
 use serde_json::json;
 use settee_core::collate::{collate, collate_loose};
+use std::cmp::Ordering;
 
 fn couch(v: &Value) -> Vec<u8> {
     encode_key(v, Collation::Couch)
