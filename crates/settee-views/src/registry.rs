@@ -182,33 +182,10 @@ impl Views {
         Ok(true)
     }
 
-    /// Visits the rows of a map query (see [`Query::each_row`]), bringing
-    /// the index up to date first as `args.update` says. Blocking.
-    pub fn each_row(
-        &self,
-        db: &Database,
-        ddoc_id: &str,
-        view: &str,
-        args: &ViewArgs,
-        visit: &mut dyn FnMut(RowValue, Option<DocRead>) -> Result<bool>,
-    ) -> Result<()> {
-        let (index, view_no, snap, state) = self.open(db, ddoc_id, view, args)?;
-        let docs = db.reader()?;
-        Query {
-            index: &index,
-            view: view_no,
-            args,
-            snap: &snap,
-            state: &state,
-            docs: &docs,
-            js: &self.js,
-        }
-        .each_row(visit)
-    }
-
-    /// Visits the rows of several map queries of one view in turn, on one
-    /// snapshot of its index (brought up to date as the first query's
-    /// `update` says), until `visit` answers false. Blocking.
+    /// Visits the rows of several map queries of one view in turn (each as
+    /// [`Query::each_row`] does), on one snapshot of its index (brought up
+    /// to date as the first query's `update` says), until `visit` answers
+    /// false. Blocking.
     pub fn each_row_of(
         &self,
         db: &Database,
