@@ -30,7 +30,7 @@
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 
-use crate::{ct_eq, AuthError};
+use crate::{constant_time_eq, AuthError};
 
 /// The cookie's name.
 pub const COOKIE_NAME: &str = "AuthSession";
@@ -197,9 +197,9 @@ where
     let key = key(secret, salt.as_ref());
     let data = &decoded[..parts.name.len() + 1 + parts.time.len()];
     // Every algorithm is tried, so the time taken does not say which matched.
-    let authentic = algorithms
-        .iter()
-        .fold(false, |ok, alg| ct_eq(&alg.mac(&key, data), parts.mac) | ok);
+    let authentic = algorithms.iter().fold(false, |ok, alg| {
+        constant_time_eq(&alg.mac(&key, data), parts.mac) | ok
+    });
     if !authentic {
         return Err(CookieError::BadMac);
     }

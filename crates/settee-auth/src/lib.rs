@@ -155,7 +155,7 @@ impl AuthError {
 /// Compares two byte strings in constant time (for equal lengths; a length
 /// difference is answered at once, as CouchDB's `couch_passwords:verify`
 /// does).
-pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }
@@ -206,10 +206,10 @@ mod tests {
     }
 
     #[test]
-    fn constant_time_eq() {
-        assert!(ct_eq(b"abc", b"abc"));
-        assert!(!ct_eq(b"abc", b"abd"));
-        assert!(!ct_eq(b"abc", b"ab"));
-        assert!(ct_eq(b"", b""));
+    fn constant_time_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(constant_time_eq(b"", b""));
     }
 }

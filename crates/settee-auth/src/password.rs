@@ -30,7 +30,7 @@ use rand::RngCore;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::{ct_eq, AuthError};
+use crate::{constant_time_eq, AuthError};
 
 /// PBKDF2 iterations for new hashes (CouchDB 3.4's default for SHA-256).
 pub const PBKDF2_ITERATIONS: u32 = 600_000;
@@ -185,7 +185,7 @@ impl UserHash {
                     .derive_hex(password.as_bytes(), self.salt.as_bytes(), self.iterations)
             }
         };
-        ct_eq(computed.as_bytes(), self.derived_key.as_bytes())
+        constant_time_eq(computed.as_bytes(), self.derived_key.as_bytes())
     }
 
     /// Reads the hash fields of a `_users` document as CouchDB 3.4 stores

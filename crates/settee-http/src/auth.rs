@@ -103,15 +103,7 @@ pub fn user_doc_write(
         .to_string();
     settee_auth::users::check_write(&id, user, sec)?;
     settee_auth::users::before_write(doc, PBKDF2_ITERATIONS)?;
-    let old = match db.latest_reader()?.get(&id, &GetOptions::default()) {
-        Ok(d) if !d.deleted => {
-            let mut text = String::new();
-            settee_db::json::push_doc(&mut text, &d, settee_db::json::Extras::default());
-            serde_json::from_str(&text).ok()
-        }
-        Ok(_) | Err(settee_db::Error::NotFound(_)) => None,
-        Err(e) => return Err(e.into()),
-    };
+    let old = live_doc(db, &id)?;
     let new = Value::Object(doc.clone());
     settee_auth::users::validate_with_security(&new, old.as_ref(), user, sec)?;
     Ok(())
@@ -146,20 +138,20 @@ fn users_doc(engine: &Engine, name: &str) -> ApiResult<Option<Value>> {
         Err(settee_db::Error::NotFound(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let id = settee_auth::users::user_doc_id(name);
-    match db.latest_reader()?.get(&id, &GetOptions::default()) {
+    live_doc(&db, &settee_auth::users::user_doc_id(name))
+}
+
+/// The latest revision of document `id` as JSON; None when it is missing
+/// or deleted.
+fn live_doc(db: &Database, id: &str) -> ApiResult<Option<Value>> {
+    match db.latest_reader()?.get(id, &GetOptions::default()) {
         Ok(d) if !d.deleted => {
-            let mut text = String::new();
-            settee_db::json::push_doc(&mut text, &d, settee_db::json::Extras::default());
+            let text = settee_db::json::doc_string(&d, settee_db::json::Extras::default());
             Ok(serde_json::from_str(&text).ok())
         }
         Ok(_) | Err(settee_db::Error::NotFound(_)) => Ok(None),
         Err(e) => Err(e.into()),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn cache_key(stored: &str, user: &str, password: &str) -> [u8; 32] {
@@ -390,7 +382,7 @@ impl Auth {
         self.verified
             .lock()
             .get(user)
-            .is_some_and(|k| constant_time_eq(k, key))
+            .is_some_and(|k| settee_auth::constant_time_eq(k, key))
     }
 
     /// Identifies the requester: HTTP Basic credentials, else an
