@@ -255,6 +255,11 @@ impl FieldRange {
 pub fn range_of(norm: &Value, field: &str) -> FieldRange {
     let mut conj = Vec::new();
     conjunction(norm, &mut conj);
+    range_in(&conj, field)
+}
+
+/// [`range_of`] from the conjunction's conditions.
+fn range_in(conj: &[FieldOp], field: &str) -> FieldRange {
     let mut r = FieldRange::default();
     let tighter_low =
         |cur: &Option<Value>, v: &Value| cur.as_ref().is_none_or(|c| collate(v, c).is_gt());
@@ -316,7 +321,7 @@ impl<'a> Ranges<'a> {
         let fields: BTreeSet<&str> = conj.iter().map(|(f, _, _)| f.as_str()).collect();
         let empty = fields
             .into_iter()
-            .find(|f| range_of(norm, f).is_empty())
+            .find(|f| range_in(&conj, f).is_empty())
             .map(str::to_string);
         Ranges { norm, conj, empty }
     }
@@ -333,7 +338,7 @@ impl<'a> Ranges<'a> {
     /// The range of `field`'s conditions.
     pub fn of(&self, field: &str) -> FieldRange {
         if self.kept(field) {
-            range_of(self.norm, field)
+            range_in(&self.conj, field)
         } else {
             FieldRange::default()
         }
