@@ -253,19 +253,11 @@ async fn post_json(
 }
 
 async fn load(conn: &mut Conn, db: &str, corpus: Corpus) -> Result<(), BenchError> {
-    let path = format!("/{db}/_bulk_docs");
     for lo in (0..corpus.docs).step_by(LOAD_BATCH as usize) {
         let docs: Vec<String> = (lo..(lo + LOAD_BATCH).min(corpus.docs))
             .map(|i| corpus.doc(i))
             .collect();
-        let body = Bytes::from(format!("{{\"docs\":[{}]}}", docs.join(",")));
-        let r = conn.expect(Method::POST, &path, body, &[201, 202]).await?;
-        if r.mentions_error() {
-            return Err(BenchError::BadResponse {
-                path,
-                reason: r.text(),
-            });
-        }
+        super::views::post_docs(conn, db, &docs).await?;
     }
     Ok(())
 }

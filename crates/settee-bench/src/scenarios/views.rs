@@ -222,7 +222,11 @@ async fn get_json(conn: &mut Conn, path: &str, limit: Duration) -> Result<Value,
 }
 
 /// Posts `docs` (JSON objects) in one `_bulk_docs`; any per-document error fails.
-async fn post_docs(conn: &mut Conn, db: &str, docs: &[String]) -> Result<(), BenchError> {
+pub(super) async fn post_docs(
+    conn: &mut Conn,
+    db: &str,
+    docs: &[String],
+) -> Result<(), BenchError> {
     let path = format!("/{db}/_bulk_docs");
     let body = Bytes::from(format!("{{\"docs\":[{}]}}", docs.join(",")));
     let r = conn.expect(Method::POST, &path, body, &[201, 202]).await?;
