@@ -17,6 +17,7 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+use crate::att::{self, AttIn};
 use crate::name::{validate_doc_id, NameError};
 use crate::rev::{Rev, RevParseError};
 
@@ -95,6 +96,9 @@ pub struct Doc {
     /// `_revisions`: the history ending in `rev`, newest first.
     pub revisions: Option<Vec<Rev>>,
     pub body: Body,
+    /// `_attachments`, when the document names any (absent: the revision
+    /// has none, whatever its parent had).
+    pub atts: Option<Vec<AttIn>>,
 }
 
 /// Why a document was refused. Each maps to one CouchDB error.
@@ -145,6 +149,7 @@ impl Doc {
             deleted: false,
             revisions: None,
             body,
+            atts: None,
         })
     }
 
@@ -167,6 +172,7 @@ pub(crate) struct Specials {
     rev: Option<Rev>,
     deleted: bool,
     revisions: Option<Vec<Rev>>,
+    atts: Option<Vec<AttIn>>,
 }
 
 impl Specials {
@@ -199,6 +205,7 @@ impl Specials {
                 rev: None,
                 deleted: false,
                 revisions: None,
+                atts: None,
             });
         }
         let rev = match map.shift_remove("_rev") {
@@ -221,16 +228,10 @@ impl Specials {
             Some(revs) => revs.first().cloned(),
             None => rev,
         };
-        match map.shift_remove("_attachments") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(atts)) if atts.is_empty() => {}
-            Some(Value::Object(_)) => {
-                return Err(DocError::BadRequest(
-                    "Attachments are not supported yet".into(),
-                ))
-            }
-            Some(_) => return Err(bad_special("_attachments")),
-        }
+        let atts = match map.shift_remove("_attachments") {
+            None | Some(Value::Null) => None,
+            Some(v) => att::parse(v)?,
+        };
         for k in IGNORED_SPECIALS {
             map.shift_remove(*k);
         }
@@ -242,6 +243,7 @@ impl Specials {
             rev,
             deleted,
             revisions,
+            atts,
         })
     }
 
@@ -252,6 +254,7 @@ impl Specials {
             deleted: self.deleted,
             revisions: self.revisions,
             body,
+            atts: self.atts,
         }
     }
 }
@@ -377,8 +380,7 @@ mod tests {
             json!({"_id": "a", "_rev": "nope"}),
             json!({"_id": "a", "_foo": 1}),
             json!({"_id": "a", "_deleted": "yes"}),
-            json!({"_id": "a", "_revisions": {"start": 1, "ids": ["a", "b"]}}),
-            json!({"_id": "a", "_attachments": {"f": {"data": ""}}}),
+            json!({"_id": "a", "_attachments": {"f": {"data": "!"}}}),
         ];
         for c in cases {
             assert!(Doc::from_json(c.clone(), no_id).is_err(), "{c}");

@@ -6,6 +6,7 @@
 //! every function is deterministic. Storage, threads and the wire protocol live
 //! in the crates above it.
 
+pub mod att;
 pub mod collate;
 pub mod design;
 pub mod doc;

@@ -74,6 +74,11 @@ pub(crate) struct Shared {
     pub design_generation: AtomicU64,
     /// The security object's JSON text as last committed (None: never set).
     pub security: SecuritySlot,
+    /// Uploads running (see [`crate::blobs`]); garbage collection deletes
+    /// blobs only while holding it.
+    pub blob_lock: Mutex<crate::blobs::BlobLock>,
+    /// The engine's attachment compression settings.
+    pub att_compression: crate::atts::SharedCompression,
 }
 
 /// Where a database's committed security object is kept for readers.
@@ -383,6 +388,11 @@ impl Database {
     }
 
     /// Where the indexes built from this database keep their data.
+    /// The database's attachment bodies.
+    pub fn blobs(&self) -> crate::blobs::Blobs {
+        crate::blobs::Blobs::new(Arc::clone(&self.shared))
+    }
+
     pub fn index_space(&self) -> IndexSpace {
         IndexSpace::new(Arc::clone(&self.shared))
     }
@@ -417,8 +427,9 @@ impl Database {
     /// full commit needs: the log is written in order, so that fsync makes
     /// every earlier chunk durable too, and the caller is answered only
     /// when every chunk is done.
-    fn update_requests(&self, docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<UpdateChunk>> {
+    fn update_requests(&self, mut docs: Vec<Doc>, opts: UpdateOptions) -> Result<Vec<UpdateChunk>> {
         self.check_update_size(docs.len())?;
+        self.store_attachments(&mut docs, opts.new_edits)?;
         let durability = self.durability(&opts);
         let chunk = self.chunk_docs();
         let mut chunks = Vec::new();
@@ -525,9 +536,10 @@ impl Database {
         let mut pending = Vec::new();
         let (mut count, mut ended) = (0usize, false);
         while let Some(chunk) = next() {
-            let (docs, last) = chunk?;
+            let (mut docs, last) = chunk?;
             count += docs.len();
             self.check_update_size(count)?;
+            self.store_attachments(&mut docs, opts.new_edits)?;
             let (req, rx) = chunk_request(docs, &opts, durability, last);
             self.send_async(req).await?;
             pending.extend(rx);
@@ -848,6 +860,7 @@ impl Database {
         if !chunk.is_empty() {
             self.compact_chunk(chunk)?;
         }
+        self.collect_blobs()?;
         let (lo, hi) = keys::db_range(self.shared.db);
         for ks in Keyspace::ALL {
             self.shared
@@ -855,6 +868,26 @@ impl Database {
                 .guard(self.shared.store.compact_range(ks, &lo, &hi))?;
         }
         Ok(())
+    }
+
+    /// Deletes the attachment bodies no stored revision names (see
+    /// [`crate::blobs`]); part of compaction.
+    pub fn collect_blobs(&self) -> Result<crate::blobs::Collected> {
+        let reader = self.reader()?;
+        let mut named = std::collections::HashSet::new();
+        reader.scan_records(&mut |_, rec| {
+            for (_, body) in &rec.inline {
+                crate::blobs::named_by(body, &mut named);
+            }
+            true
+        })?;
+        reader.scan_stored_bodies(&mut |body| crate::blobs::named_by(body, &mut named))?;
+        drop(reader);
+        crate::blobs::collect_garbage(
+            &self.shared,
+            &named,
+            Duration::from_millis(self.shared.opts.blob_grace_ms),
+        )
     }
 
     fn compact_chunk(&self, ids: Vec<String>) -> Result<()> {

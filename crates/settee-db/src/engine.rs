@@ -38,6 +38,8 @@ struct Inner {
     /// Open databases by name. Also serializes create/delete.
     open: Mutex<HashMap<String, Arc<Shared>>>,
     shut_down: AtomicBool,
+    /// Which attachments are stored compressed (every database's).
+    att_compression: crate::atts::SharedCompression,
 }
 
 /// The document engine; cheap to clone.
@@ -82,8 +84,15 @@ impl Engine {
                 opts: Arc::new(opts),
                 open: Mutex::new(HashMap::new()),
                 shut_down: AtomicBool::new(false),
+                att_compression: Default::default(),
             }),
         }
+    }
+
+    /// Which attachments are stored gzip-encoded from now on (every
+    /// database's; CouchDB's `[attachments]` settings).
+    pub fn set_att_compression(&self, c: crate::atts::AttCompression) {
+        *self.inner.att_compression.write() = c;
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -216,6 +225,8 @@ impl Engine {
             compacting: AtomicBool::new(false),
             design_generation: AtomicU64::new(crate::database::fresh_design_generation()),
             security: Arc::new(Mutex::new(security)),
+            blob_lock: Mutex::new(Default::default()),
+            att_compression: Arc::clone(&self.inner.att_compression),
         });
         open.insert(name.to_string(), shared.clone());
         Database { shared }
@@ -249,6 +260,7 @@ impl Engine {
             Keyspace::Local,
             Keyspace::Purges,
             Keyspace::Views,
+            Keyspace::Blobs,
         ] {
             batch.delete_range(ks, lo.clone(), hi.clone());
         }

@@ -65,4 +65,7 @@ pub enum DocFailure {
     /// 404 not_found (e.g. deleting a missing local doc).
     #[error("missing")]
     NotFound,
+    /// 412 missing_stub: an attachment stub the parent revision lacks.
+    #[error("{0}")]
+    MissingStub(String),
 }

@@ -6,6 +6,7 @@
 //! The HTTP layer renders responses with it and the indexes build the
 //! documents map functions see with it, so both see the same JSON.
 
+use settee_core::att::{self, AttStub};
 use settee_core::revtree::RevStatus;
 
 use crate::reader::DocRead;
@@ -67,6 +68,78 @@ pub fn push_u64(out: &mut String, n: u64) {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Extras {
     pub local_seq: bool,
+    /// How attachments are shown.
+    pub atts: AttView,
+}
+
+/// How a rendered document shows its attachments.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttView {
+    /// Stubs, as CouchDB shows them by default.
+    #[default]
+    Stubs,
+    /// Stubs with `encoding` and `encoded_length` (`att_encoding_info`).
+    EncodingInfo,
+    /// Inline base64 `data` (`attachments=true`) for attachments whose
+    /// `revpos` is above `since_pos` (`atts_since`; 0 for all), stubs for
+    /// the others.
+    Data { encoding_info: bool, since_pos: u64 },
+}
+
+/// Reads an attachment's identity bytes for [`AttView::Data`].
+pub type AttBytes<'a> = dyn FnMut(&AttStub) -> Result<Vec<u8>, String> + 'a;
+
+/// Appends a stored body's members, its attachments shown as `view`
+/// says (`bytes` gives the bytes for [`AttView::Data`]; without it data
+/// is shown as stubs).
+pub fn push_body_with_atts(
+    out: &mut String,
+    body: &str,
+    view: AttView,
+    bytes: Option<&mut AttBytes<'_>>,
+) -> Result<(), String> {
+    if !att::has_stored(body) || (view == AttView::Stubs && !body.contains("\"encoding\":")) {
+        push_body_members(out, body);
+        return Ok(());
+    }
+    let Ok((stubs, rest)) = att::split_stored(body) else {
+        // Stored stubs that do not parse (never written so) are shown as stored.
+        push_body_members(out, body);
+        return Ok(());
+    };
+    push_body_members(out, &rest);
+    out.push_str(",\"_attachments\":{");
+    let mut bytes = bytes;
+    for (i, (name, stub)) in stubs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, name);
+        out.push(':');
+        match (view, bytes.as_mut()) {
+            (
+                AttView::Data {
+                    encoding_info,
+                    since_pos,
+                },
+                Some(read),
+            ) if stub.revpos > since_pos => {
+                use base64::Engine as _;
+                stub.write_head(out);
+                out.push_str(",\"data\":\"");
+                out.push_str(&base64::engine::general_purpose::STANDARD.encode(read(stub)?));
+                out.push('"');
+                if encoding_info {
+                    stub.write_encoding(out);
+                }
+                out.push('}');
+            }
+            (AttView::Data { encoding_info, .. }, _) => stub.write_json(out, encoding_info),
+            (view, _) => stub.write_json(out, view == AttView::EncodingInfo),
+        }
+    }
+    out.push('}');
+    Ok(())
 }
 
 /// Appends the members of a body (without braces), preceded by a comma
@@ -83,14 +156,30 @@ pub fn push_body_members(out: &mut String, body: &str) {
     }
 }
 
-/// Renders a document revision as CouchDB does.
+/// Renders a document revision as CouchDB does (attachment data, if
+/// asked for, shown as stubs: see [`push_doc_with`]).
 pub fn push_doc(out: &mut String, d: &DocRead, extras: Extras) {
+    // Without a byte source nothing can fail.
+    let _ = push_doc_with(out, d, extras, None);
+}
+
+/// [`push_doc`] with a source of attachment bytes for [`AttView::Data`].
+pub fn push_doc_with(
+    out: &mut String,
+    d: &DocRead,
+    extras: Extras,
+    bytes: Option<&mut AttBytes<'_>>,
+) -> Result<(), String> {
     out.reserve(d.body.len() + 96);
+    let start = out.len();
     out.push_str("{\"_id\":");
     push_str(out, &d.id);
     out.push_str(",\"_rev\":");
     push_rev(out, &d.rev);
-    push_body_members(out, d.body.as_str());
+    if let Err(e) = push_body_with_atts(out, d.body.as_str(), extras.atts, bytes) {
+        out.truncate(start);
+        return Err(e);
+    }
     if d.deleted {
         out.push_str(",\"_deleted\":true");
     }
@@ -131,6 +220,7 @@ pub fn push_doc(out: &mut String, d: &DocRead, extras: Extras) {
         push_u64(out, d.local_seq);
     }
     out.push('}');
+    Ok(())
 }
 
 fn push_rev_list(out: &mut String, name: &str, revs: &[Rev]) {
@@ -177,7 +267,13 @@ mod tests {
     #[test]
     fn renders_valid_json() {
         for body in ["{}", r#"{"x":1,"y":[1,2]}"#] {
-            let s = doc_string(&read(body), Extras { local_seq: true });
+            let s = doc_string(
+                &read(body),
+                Extras {
+                    local_seq: true,
+                    ..Extras::default()
+                },
+            );
             let v: serde_json::Value = serde_json::from_str(&s).unwrap();
             assert_eq!(v["_id"], "a\"b");
             assert_eq!(v["_rev"], "2-abc");

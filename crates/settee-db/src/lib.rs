@@ -20,7 +20,9 @@
 //! - the first storage error poisons the engine ([`poison`]);
 //! - deterministic revision ids (settee_core::rev).
 
+pub mod atts;
 mod batch_buffer;
+pub mod blobs;
 pub mod committer;
 pub mod database;
 pub mod engine;

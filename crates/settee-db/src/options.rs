@@ -47,6 +47,10 @@ pub struct EngineOptions {
     /// Memory for the latest by-id records (a document's revision tree and
     /// winning body), read by `GET` of a document; 0 turns the cache off.
     pub doc_cache_bytes: u64,
+    /// Compaction keeps an attachment body that no revision names for
+    /// this long after it was stored (the document write naming it may
+    /// still be on its way; see `crate::blobs`).
+    pub blob_grace_ms: u64,
     pub rocks: RocksOptions,
 }
 
@@ -64,6 +68,7 @@ impl Default for EngineOptions {
             update_chunk_docs: 128,
             update_docs_max: 100_000,
             doc_cache_bytes: 64 << 20,
+            blob_grace_ms: 600_000,
             rocks: RocksOptions::default(),
         }
     }

@@ -820,6 +820,21 @@ impl Reader {
     }
 
     /// Visits every document record (deleted ones too) in id order.
+    /// Visits the text of every body kept outside the by-id records
+    /// (revisions that are no longer leaves).
+    pub(crate) fn scan_stored_bodies(&self, visit: &mut dyn FnMut(&str)) -> Result<()> {
+        let (lo, hi) = keys::db_range(self.db);
+        self.poison.guard(
+            self.snap
+                .scan(Keyspace::Bodies, &lo, &hi, false, &mut |_, v| {
+                    if let Ok(text) = std::str::from_utf8(v) {
+                        visit(text);
+                    }
+                    true
+                }),
+        )
+    }
+
     pub(crate) fn scan_records(
         &self,
         visit: &mut dyn FnMut(&str, &DocRecord) -> bool,

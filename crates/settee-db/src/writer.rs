@@ -82,6 +82,7 @@ use settee_core::revtree::RevTree;
 use settee_store::{Batch, Keyspace};
 use tokio::sync::oneshot;
 
+use crate::atts;
 use crate::committer::{Commit, Pipe, Reply};
 use crate::database::Shared;
 use crate::error::{DocFailure, Error, Result};
@@ -886,7 +887,18 @@ impl<'a> Ctx<'a> {
         }
         // Take the record out (instead of cloning it); every path below puts
         // it or its successor back.
-        let old = self.records.get_mut(&doc.id).and_then(Option::take);
+        let mut old = self.records.get_mut(&doc.id).and_then(Option::take);
+        let mut doc = doc;
+        if doc.atts.is_some() {
+            match self.resolve_attachments(&doc, old.as_ref(), new_edits) {
+                Ok(Some(body)) => doc.body = body,
+                Ok(None) => {}
+                Err(f) => {
+                    self.put_back(&doc.id, old.take());
+                    return Err(f);
+                }
+            }
+        }
         let limit = usize::try_from(self.state.revs_limit).unwrap_or(usize::MAX);
         let edit = update::apply(old.as_ref().map(|r| &r.tree), &doc, new_edits, limit);
         let (tree, rev, stemmed) = match edit {
@@ -907,6 +919,49 @@ impl<'a> Ctx<'a> {
         }
         self.put_record(&id, old, tree, Some((rev.clone(), body.into_string())));
         Ok(rev)
+    }
+
+    /// The stored body of `doc`'s new revision with its attachments
+    /// resolved against its parent's (see `crate::atts`). A new edit whose
+    /// parent is not a leaf is left to `update::apply` to refuse.
+    fn resolve_attachments(
+        &self,
+        doc: &Doc,
+        old: Option<&DocRecord>,
+        new_edits: bool,
+    ) -> std::result::Result<Option<Body>, DocFailure> {
+        let tree = old.map(|r| &r.tree);
+        let (parent, pos) = if new_edits {
+            match atts::new_edit_parent(tree, doc) {
+                Some(found) => found,
+                // A conflict: `update::apply` refuses it.
+                None => return Ok(None),
+            }
+        } else {
+            let Some(rev) = &doc.rev else { return Ok(None) };
+            // The nearest ancestor this database has a body of.
+            let path = doc.revisions.as_deref().unwrap_or_default();
+            let parent = path
+                .iter()
+                .skip(1)
+                .find(|r| tree.is_some_and(|t| t.find(r).is_some()))
+                .cloned();
+            (parent, rev.pos)
+        };
+        let parent_body = match (&parent, old) {
+            (Some(p), Some(rec)) => match rec.inline_body(p) {
+                Some(b) => Some(b.to_string()),
+                None => self
+                    .shared
+                    .store
+                    .get(Keyspace::Bodies, &keys::body(self.db, &doc.id, p))
+                    .ok()
+                    .flatten()
+                    .and_then(|b| String::from_utf8(b).ok()),
+            },
+            _ => None,
+        };
+        atts::resolve(doc, pos, parent_body.as_deref())
     }
 
     /// Writes a document's new record and change row, and maintains the

@@ -96,6 +96,10 @@ pub struct Settings {
     /// `[query_server_config] reduce_limit`: refuse JavaScript reduce
     /// output that does not shrink (read when the server starts).
     pub reduce_limit: bool,
+    /// `[couchdb] max_attachment_size` (absent or `infinity`: no limit).
+    pub max_attachment_size: u64,
+    /// `[attachments] compressible_types` and `compression_level`.
+    pub att_compression: settee_db::atts::AttCompression,
 }
 
 impl Settings {
@@ -147,6 +151,16 @@ impl Settings {
             allow_jsonp: boolean("chttpd", "allow_jsonp", false),
             os_process_timeout_ms: number("couchdb", "os_process_timeout", 5000),
             reduce_limit: boolean("query_server_config", "reduce_limit", true),
+            max_attachment_size: number("couchdb", "max_attachment_size", u64::MAX),
+            att_compression: {
+                let d = settee_db::atts::AttCompression::default();
+                settee_db::atts::AttCompression {
+                    types: get("attachments", "compressible_types")
+                        .map_or(d.types, settee_db::atts::AttCompression::parse_types),
+                    level: number("attachments", "compression_level", u64::from(d.level)).min(9)
+                        as u32,
+                }
+            },
             cors: Cors {
                 enabled: boolean("chttpd", "enable_cors", false),
                 origins: get("cors", "origins")

@@ -168,6 +168,9 @@ impl ApiError {
             DocFailure::Bad(e) => ApiError::from(e.clone()),
             DocFailure::TooLarge(_) => ApiError::doc_too_large(id),
             DocFailure::NotFound => ApiError::not_found("missing"),
+            DocFailure::MissingStub(m) => {
+                ApiError::new(StatusCode::PRECONDITION_FAILED, "missing_stub", m.clone())
+            }
         }
     }
 

@@ -285,6 +285,57 @@ impl Req {
         }
     }
 
+    /// Streams the body to `sink` a frame at a time (never buffering it
+    /// whole), refusing more than `limit` bytes with `too_large` (also
+    /// when `Content-Length` declares more). Each frame must arrive within
+    /// [`BODY_READ_TIMEOUT`]. Returns the bytes read.
+    pub async fn stream_body(
+        &mut self,
+        limit: u64,
+        too_large: impl Fn() -> ApiError,
+        mut sink: impl FnMut(&[u8]) -> ApiResult<()>,
+    ) -> ApiResult<u64> {
+        let declared = self
+            .header(header::CONTENT_LENGTH)
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let Some(mut body) = self.body.get_mut().take() else {
+            return Ok(0);
+        };
+        let mut total = 0u64;
+        // Until the end is read, the connection cannot be reused.
+        self.abandoned = true;
+        loop {
+            let frame = match tokio::time::timeout(BODY_READ_TIMEOUT, body.frame()).await {
+                Err(_) => {
+                    return Err(ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "request_timeout",
+                        "timed out reading the request body",
+                    ))
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(ApiError::bad_request(format!(
+                        "cannot read request body: {e}"
+                    )))
+                }
+                Ok(Some(Ok(f))) => f,
+            };
+            if let Ok(data) = frame.into_data() {
+                total += data.len() as u64;
+                if total > limit {
+                    return Err(too_large());
+                }
+                sink(&data)?;
+            }
+        }
+        self.abandoned = false;
+        Ok(total)
+    }
+
     /// The body parsed as JSON (any content type).
     pub async fn json_value(&mut self) -> ApiResult<Value> {
         let bytes = self.body_bytes().await?;

@@ -103,6 +103,13 @@ pub type ParsedSecurity = (Arc<str>, Arc<SecurityObject>);
 pub type App = Arc<AppState>;
 
 impl AppState {
+    /// Hands the settings the engine applies itself to it (after a
+    /// configuration change).
+    pub fn apply_settings(&self) {
+        self.engine
+            .set_att_compression(self.config.settings().att_compression.clone());
+    }
+
     /// The server's state; fails only when the JavaScript workers cannot
     /// be started.
     pub fn new(
@@ -111,6 +118,7 @@ impl AppState {
         idle_poll: Option<IdlePoll>,
     ) -> Result<App, JsError> {
         let settings = config.settings();
+        engine.set_att_compression(settings.att_compression.clone());
         let js = Arc::new(JsEngine::new(JsConfig {
             timeout: std::time::Duration::from_millis(settings.os_process_timeout_ms.max(1)),
             reduce_limit: settings.reduce_limit,

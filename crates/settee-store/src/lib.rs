@@ -55,10 +55,13 @@ pub enum Keyspace {
     /// Secondary indexes (views, Mango): rows, the keys each document
     /// emitted, and each index's state (see `settee-views`).
     Views,
+    /// Attachment bodies: content-addressed blobs in chunks, and the
+    /// header of each blob by digest (see `settee-db`'s `blobs`).
+    Blobs,
 }
 
 impl Keyspace {
-    pub const ALL: [Keyspace; 7] = [
+    pub const ALL: [Keyspace; 8] = [
         Keyspace::Meta,
         Keyspace::Docs,
         Keyspace::Seqs,
@@ -66,6 +69,7 @@ impl Keyspace {
         Keyspace::Local,
         Keyspace::Purges,
         Keyspace::Views,
+        Keyspace::Blobs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +81,7 @@ impl Keyspace {
             Keyspace::Local => "local",
             Keyspace::Purges => "purges",
             Keyspace::Views => "views",
+            Keyspace::Blobs => "blobs",
         }
     }
 

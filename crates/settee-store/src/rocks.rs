@@ -180,6 +180,15 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
         _ => {}
     }
     o.set_block_based_table_factory(&table);
+    if ks == Keyspace::Blobs {
+        // Attachment chunks are large values written once: RocksDB's blob
+        // files keep them out of the LSM tree, so compactions move only
+        // their small references (and blob garbage collection reclaims
+        // the files of deleted chunks).
+        o.set_enable_blob_files(true);
+        o.set_min_blob_size(2048);
+        o.set_enable_blob_gc(true);
+    }
     // No memtable bloom filter: setting a bit of it on every insert is a
     // cache miss, and that cost more than it saved the writer's lookups of
     // new ids, even with random ids (bench/RESULTS.md, session 6).

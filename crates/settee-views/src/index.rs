@@ -294,6 +294,7 @@ impl Index {
                         &d,
                         Extras {
                             local_seq: spec.local_seq,
+                            ..Extras::default()
                         },
                     );
                     inputs.push((i, json));
@@ -428,6 +429,7 @@ fn query_rows(spec: &IndexSpec, reader: &Reader, ids: &[(String, bool)]) -> Resu
     };
     let extras = Extras {
         local_seq: spec.local_seq,
+        ..Extras::default()
     };
     let work = |chunk: &[(String, bool)]| -> Result<Vec<Vec<Row>>> {
         let mut json = String::new();

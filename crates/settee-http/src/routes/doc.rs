@@ -37,6 +37,7 @@ use axum::response::Response;
 use percent_encoding::percent_decode_str;
 use rand::RngCore;
 use serde_json::{Map, Value};
+use settee_core::att::{AttIn, AttKind};
 use settee_core::design;
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
@@ -50,6 +51,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::render::{self, json_response, push_rev, push_str, Extras};
 use crate::request::{local_parts, parse_json_bytes, parse_rev, Req};
 use crate::state::App;
+use settee_db::json::AttView;
 
 const DOC_METHODS: &[&str] = &["GET", "HEAD", "PUT", "DELETE", "COPY"];
 // CouchDB's list (POST is its form upload of attachments, not served here).
@@ -266,7 +268,7 @@ pub async fn validate(
 
 /// Writes one document with the request's durability; None in batch mode
 /// (accepted, not yet applied).
-async fn write_one(
+pub(crate) async fn write_one(
     app: &App,
     req: &Req,
     db: &Database,
@@ -378,6 +380,7 @@ pub fn read_opts(req: &Req) -> ApiResult<ReadOpts> {
         },
         extras: Extras {
             local_seq: on("local_seq"),
+            atts: super::att::att_view(req)?,
         },
     })
 }
@@ -446,7 +449,17 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
         }
         return Ok(resp);
     }
-    let mut resp = json_response(StatusCode::OK, render::doc_string(&doc, opts.extras));
+    let mut resp = match opts.extras.atts {
+        AttView::Data { .. } if super::att::accepts_multipart(req) => {
+            super::att::multipart_doc(db, &doc, opts.extras)?
+        }
+        AttView::Data { .. } => {
+            let mut out = String::with_capacity(doc.body.len() + 256);
+            super::att::push_doc_with_data(&mut out, db, &doc, opts.extras)?;
+            json_response(StatusCode::OK, out)
+        }
+        _ => json_response(StatusCode::OK, render::doc_string(&doc, opts.extras)),
+    };
     if !meta {
         if let Ok(v) = HeaderValue::from_str(&tag) {
             resp.headers_mut().insert(header::ETAG, v);
@@ -555,6 +568,7 @@ async fn delete(
         deleted: true,
         revisions: None,
         body: Body::empty(),
+        atts: None,
     };
     validate(app, req, db, &doc, true).await?;
     match write_one(app, req, db, doc, true).await? {
@@ -609,12 +623,25 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         design::validate(&body.to_map())?;
     }
     let rev = dest_rev.map(|r| parse_rev(&r)).transpose()?;
+    // The copy names the same stored attachments, their `revpos` kept (as CouchDB).
+    let (stubs, rest) = settee_core::att::split_stored(body.as_str())
+        .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e.to_string())))?;
+    let atts = (!stubs.is_empty()).then(|| {
+        stubs
+            .into_iter()
+            .map(|(name, stub)| AttIn {
+                name,
+                kind: AttKind::Stored(stub),
+            })
+            .collect()
+    });
     let doc = Doc {
         id: dest_id.clone(),
         rev,
         deleted: false,
         revisions: None,
-        body,
+        body: Body::from_stored(rest),
+        atts,
     };
     super::view::check_design(app, &doc).await?;
     validate(app, req, db, &doc, true).await?;

@@ -6,6 +6,7 @@
 //! database.
 
 pub mod all_docs;
+pub mod att;
 pub mod bulk;
 pub mod bulk_body;
 pub mod changes;
@@ -127,8 +128,14 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             doc::handle(app, req, db, format!("_local/{}", rest.join("/"))).await
         }
         [db, id] => doc::handle(app, req, db, (*id).to_string()).await,
+        [db, "_design", ddoc, name @ ..] if !name.is_empty() && !name[0].starts_with('_') => {
+            att::handle(app, req, db, format!("_design/{ddoc}"), name.join("/")).await
+        }
+        [db, id, name @ ..] if !id.starts_with('_') && !name.is_empty() => {
+            att::handle(app, req, db, (*id).to_string(), name.join("/")).await
+        }
         [db, ..] => {
-            // Views, shows, attachments: later issues.
+            // Shows, lists, updates, rewrites: a later issue.
             app.db(db)?;
             Err(ApiError::not_implemented())
         }

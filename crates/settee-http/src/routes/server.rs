@@ -486,6 +486,7 @@ async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> 
                     } else {
                         app.config.set(section, key, &value)?
                     };
+                    app.apply_settings();
                     Ok(json_value(StatusCode::OK, &json!(old.unwrap_or_default())))
                 }
                 Method::DELETE => {
@@ -498,6 +499,7 @@ async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> 
                         ));
                     }
                     let old = app.config.delete(section, key)?.ok_or_else(unknown)?;
+                    app.apply_settings();
                     Ok(json_value(StatusCode::OK, &json!(old)))
                 }
                 _ => {

@@ -1,0 +1,649 @@
+//! Attachments on the wire: `GET/HEAD/PUT/DELETE /{db}/{doc}/{att}`
+//! (names may contain `/`), and documents read with their attachments'
+//! bytes (`attachments=true`, `atts_since`, `att_encoding_info`) as JSON
+//! with base64 `data` or as `multipart/related`.
+//!
+//! Invariants:
+//! - Attachment bodies are streamed both ways: an upload goes to storage a
+//!   frame at a time, a download comes from it a chunk at a time (gzip
+//!   decoded on the way for clients that do not accept gzip).
+//! - An upload's bytes are stored before the document update that names
+//!   them; if the update fails (conflict, validation) they are left for
+//!   compaction's garbage collection, never visible.
+//! - `Range` applies to attachments stored as they were sent (CouchDB
+//!   sends `Accept-Ranges: none` for encoded ones and ignores the range).
+
+use std::io::Read as _;
+use std::sync::Arc;
+
+use axum::body::Body as HttpBody;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use settee_core::att::{self, AttIn, AttKind, AttStub};
+use settee_core::doc::{Body, Doc};
+use settee_core::name::{validate_doc_id, DocKind};
+use settee_db::atts::AttWriter;
+use settee_db::blobs::{BlobReader, Blobs};
+use settee_db::json::{AttView, Extras};
+use settee_db::{Database, DocRead, GetOptions};
+
+use crate::auth::{require_db_admin, require_db_reader, require_db_writer};
+use crate::error::{ApiError, ApiResult};
+use crate::render::{json_response, push_str};
+use crate::request::{parse_rev, Req};
+use crate::state::App;
+
+/// How `attachments`, `atts_since` and `att_encoding_info` ask for
+/// attachments to be shown.
+pub fn att_view(req: &Req) -> ApiResult<AttView> {
+    let q = &req.query;
+    let encoding_info = q.get("att_encoding_info") == Some("true");
+    let since = match q.get("atts_since") {
+        Some(spec) => {
+            let v: serde_json::Value = serde_json::from_str(spec)
+                .map_err(|_| ApiError::bad_request("atts_since is not a JSON list of revisions"))?;
+            let list = v.as_array().ok_or_else(|| {
+                ApiError::bad_request("atts_since is not a JSON list of revisions")
+            })?;
+            let mut max = 0;
+            for r in list {
+                let rev = parse_rev(r.as_str().unwrap_or(""))?;
+                max = max.max(rev.pos);
+            }
+            Some(max)
+        }
+        None => None,
+    };
+    Ok(if q.get("attachments") == Some("true") || since.is_some() {
+        AttView::Data {
+            encoding_info,
+            since_pos: since.unwrap_or(0),
+        }
+    } else if encoding_info {
+        AttView::EncodingInfo
+    } else {
+        AttView::Stubs
+    })
+}
+
+/// True when the client takes `multipart/related` (CouchDB's test: no
+/// `Accept`, or one naming it or `*/*`).
+pub fn accepts_multipart(req: &Req) -> bool {
+    match req.header(header::ACCEPT) {
+        None => true,
+        Some(a) => a.split(',').any(|t| {
+            let t = t.split(';').next().unwrap_or("").trim();
+            t == "*/*" || t.eq_ignore_ascii_case("multipart/related") || t == "multipart/*"
+        }),
+    }
+}
+
+/// An attachment's identity bytes (gzip-decoded when stored encoded).
+fn identity_bytes(blobs: &Blobs, stub: &AttStub) -> Result<Vec<u8>, String> {
+    let reader = open(blobs, stub).map_err(|e| e.reason.clone())?;
+    let stored = reader.read_all().map_err(|e| e.to_string())?;
+    if stub.encoding.as_deref() == Some("gzip") {
+        let mut out = Vec::with_capacity(stub.length as usize);
+        flate2::read::GzDecoder::new(&stored[..])
+            .read_to_end(&mut out)
+            .map_err(|e| format!("stored attachment does not decode: {e}"))?;
+        Ok(out)
+    } else {
+        Ok(stored)
+    }
+}
+
+fn open(blobs: &Blobs, stub: &AttStub) -> ApiResult<BlobReader> {
+    let md5 = stub
+        .md5()
+        .ok_or_else(|| ApiError::from(settee_db::Error::Corrupt("attachment digest".into())))?;
+    blobs.open(&md5)?.ok_or_else(|| {
+        ApiError::from(settee_db::Error::Corrupt(format!(
+            "attachment body {} is missing",
+            stub.digest
+        )))
+    })
+}
+
+/// Renders a document with its attachments' bytes inline (base64).
+pub fn push_doc_with_data(
+    out: &mut String,
+    db: &Database,
+    d: &DocRead,
+    extras: Extras,
+) -> ApiResult<()> {
+    let blobs = db.blobs();
+    let mut read = |stub: &AttStub| identity_bytes(&blobs, stub);
+    settee_db::json::push_doc_with(out, d, extras, Some(&mut read))
+        .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e)))
+}
+
+/// A piece of a streamed response: bytes, or a stored blob's bytes.
+enum Piece {
+    Bytes(Bytes),
+    Blob(BlobReader),
+}
+
+/// The response body of `pieces`, blobs read a chunk at a time.
+fn stream_pieces(pieces: Vec<Piece>) -> HttpBody {
+    let s = stream::iter(pieces).flat_map(|p| match p {
+        Piece::Bytes(b) => stream::iter(vec![Ok::<Bytes, std::io::Error>(b)]).boxed(),
+        Piece::Blob(r) => {
+            let r = Arc::new(r);
+            let n = r.chunks();
+            stream::iter(0..n)
+                .map(move |i| r.chunk(i).map(Bytes::from).map_err(std::io::Error::other))
+                .boxed()
+        }
+    });
+    HttpBody::from_stream(s)
+}
+
+fn boundary() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// A document as `multipart/related`: its JSON (attachments above
+/// `since_pos` marked `follows`, with their encoding), then each such
+/// attachment's stored bytes in order.
+pub fn multipart_doc(db: &Database, d: &DocRead, extras: Extras) -> ApiResult<Response> {
+    let (encoding_info, since_pos) = match extras.atts {
+        AttView::Data {
+            encoding_info,
+            since_pos,
+        } => (encoding_info, since_pos),
+        _ => (false, u64::MAX),
+    };
+    let (stubs, rest) = att::split_stored(d.body.as_str())
+        .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e.to_string())))?;
+    // The JSON part: the document without its stubs, then `_attachments`.
+    let bare = DocRead {
+        body: Body::from_stored(rest),
+        ..d.clone()
+    };
+    let mut json = settee_db::json::doc_string(&bare, extras);
+    json.pop();
+    let follows: Vec<&(String, AttStub)> =
+        stubs.iter().filter(|(_, s)| s.revpos > since_pos).collect();
+    if !stubs.is_empty() {
+        json.push_str(",\"_attachments\":{");
+        for (i, (name, stub)) in stubs.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            push_str(&mut json, name);
+            json.push(':');
+            if stub.revpos > since_pos {
+                stub.write_head(&mut json);
+                json.push_str(",\"length\":");
+                json.push_str(&stub.length.to_string());
+                json.push_str(",\"follows\":true");
+                stub.write_encoding(&mut json);
+                json.push('}');
+            } else {
+                stub.write_json(&mut json, encoding_info);
+            }
+        }
+        json.push('}');
+    }
+    json.push('}');
+    let b = boundary();
+    let blobs = db.blobs();
+    let mut pieces = vec![Piece::Bytes(Bytes::from(format!(
+        "--{b}\r\nContent-Type: application/json\r\n\r\n{json}"
+    )))];
+    for (name, stub) in follows {
+        let mut head = format!("\r\n--{b}\r\nContent-Disposition: attachment; filename=");
+        push_str(&mut head, name);
+        head.push_str(&format!(
+            "\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+            stub.content_type,
+            stub.stored_length()
+        ));
+        if let Some(enc) = &stub.encoding {
+            head.push_str(&format!("Content-Encoding: {enc}\r\n"));
+        }
+        head.push_str("\r\n");
+        pieces.push(Piece::Bytes(Bytes::from(head)));
+        pieces.push(Piece::Blob(open(&blobs, stub)?));
+    }
+    pieces.push(Piece::Bytes(Bytes::from(format!("\r\n--{b}--"))));
+    let mut resp = Response::new(stream_pieces(pieces));
+    set(
+        &mut resp,
+        header::CONTENT_TYPE,
+        &format!("multipart/related; boundary=\"{b}\""),
+    );
+    Ok(resp)
+}
+
+fn set(resp: &mut Response, name: header::HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        resp.headers_mut().insert(name, v);
+    }
+}
+
+fn missing_att() -> ApiError {
+    ApiError::not_found("Document is missing attachment")
+}
+
+/// `/{db}/{doc}/{att}`.
+pub async fn handle(
+    app: &App,
+    req: &mut Req,
+    db: &str,
+    id: String,
+    name: String,
+) -> ApiResult<Response> {
+    let db = app.db(db)?;
+    match req.method {
+        Method::GET | Method::HEAD => get(req, &db, &id, &name),
+        Method::PUT => put(app, req, &db, id, name).await,
+        Method::DELETE => delete(app, req, &db, id, name).await,
+        _ => Err(ApiError::method_not_allowed("DELETE,GET,HEAD,PUT")),
+    }
+}
+
+fn get(req: &Req, db: &Database, id: &str, name: &str) -> ApiResult<Response> {
+    require_db_reader(req)?;
+    let reader = db.reader()?;
+    let opts = GetOptions {
+        rev: req.query.rev()?,
+        ..GetOptions::default()
+    };
+    let d = reader.get(id, &opts)?;
+    let stubs = att::stored_stubs(d.body.as_str())
+        .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e.to_string())))?;
+    let stub = stubs
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, s)| s)
+        .ok_or_else(missing_att)?;
+    let etag = format!("\"{}\"", stub.digest.trim_start_matches("md5-"));
+    if req
+        .header(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.trim() == etag)
+    {
+        let mut resp = Response::new(HttpBody::empty());
+        *resp.status_mut() = StatusCode::NOT_MODIFIED;
+        set(&mut resp, header::ETAG, &etag);
+        return Ok(resp);
+    }
+    let reader = open(&db.blobs(), &stub)?;
+    let encoded = stub.encoding.is_some();
+    let gzip_ok = req.header(header::ACCEPT_ENCODING).is_some_and(|a| {
+        a.split(',').any(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("gzip")
+        })
+    });
+    let head = req.method == Method::HEAD;
+    let mut status = StatusCode::OK;
+    let (body, length, extra): (HttpBody, u64, Vec<(header::HeaderName, String)>) =
+        if encoded && gzip_ok {
+            let len = reader.len();
+            (
+                stream_pieces(vec![Piece::Blob(reader)]),
+                len,
+                vec![(
+                    header::CONTENT_ENCODING,
+                    stub.encoding.clone().unwrap_or_default(),
+                )],
+            )
+        } else if encoded {
+            (decoded_stream(reader), stub.length, Vec::new())
+        } else {
+            let len = reader.len();
+            match req.header(header::RANGE).map(|r| parse_ranges(r, len)) {
+                Some(Ranges::Unsatisfiable) => {
+                    return Err(ApiError::new(
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        "requested_range_not_satisfiable",
+                        "Requested range not satisfiable",
+                    ))
+                }
+                Some(Ranges::Some(ranges)) if ranges.len() == 1 => {
+                    let (from, to) = ranges[0];
+                    status = StatusCode::PARTIAL_CONTENT;
+                    (
+                        range_stream(reader, from, to + 1),
+                        to + 1 - from,
+                        vec![(header::CONTENT_RANGE, format!("bytes {from}-{to}/{len}"))],
+                    )
+                }
+                Some(Ranges::Some(ranges)) => {
+                    return Ok(multi_range(reader, &ranges, &stub.content_type, head))
+                }
+                _ => (stream_pieces(vec![Piece::Blob(reader)]), len, Vec::new()),
+            }
+        };
+    let mut resp = Response::new(if head { HttpBody::empty() } else { body });
+    *resp.status_mut() = status;
+    set(&mut resp, header::CONTENT_TYPE, &stub.content_type);
+    set(&mut resp, header::ETAG, &etag);
+    set(&mut resp, header::CACHE_CONTROL, "must-revalidate");
+    set(
+        &mut resp,
+        header::ACCEPT_RANGES,
+        if encoded { "none" } else { "bytes" },
+    );
+    set(&mut resp, header::CONTENT_LENGTH, &length.to_string());
+    for (k, v) in extra {
+        set(&mut resp, k, &v);
+    }
+    Ok(resp)
+}
+
+/// Requested byte ranges, inclusive, clamped to the attachment.
+enum Ranges {
+    /// Not a byte range request CouchDB honours: the whole attachment.
+    Whole,
+    Unsatisfiable,
+    Some(Vec<(u64, u64)>),
+}
+
+fn parse_ranges(spec: &str, len: u64) -> Ranges {
+    let Some(list) = spec.trim().strip_prefix("bytes=") else {
+        return Ranges::Whole;
+    };
+    let mut out = Vec::new();
+    for r in list.split(',') {
+        let Some((a, b)) = r.trim().split_once('-') else {
+            return Ranges::Whole;
+        };
+        let (a, b) = (a.trim(), b.trim());
+        let range = match (a.parse::<u64>(), b.parse::<u64>()) {
+            (Ok(from), Ok(to)) if from <= to => (from, to.min(len.saturating_sub(1))),
+            (Ok(from), Err(_)) if b.is_empty() => (from, len.saturating_sub(1)),
+            (Err(_), Ok(suffix)) if a.is_empty() => {
+                (len.saturating_sub(suffix), len.saturating_sub(1))
+            }
+            _ => return Ranges::Whole,
+        };
+        if range.0 >= len {
+            return Ranges::Unsatisfiable;
+        }
+        out.push(range);
+    }
+    if out.len() == 1 && out[0] == (0, len.saturating_sub(1)) {
+        return Ranges::Whole;
+    }
+    Ranges::Some(out)
+}
+
+/// Bytes `[from, to)` of a blob, a chunk at a time.
+fn range_stream(reader: BlobReader, from: u64, to: u64) -> HttpBody {
+    let chunk = settee_db::blobs::CHUNK as u64;
+    let first = (from / chunk) as u32;
+    let last = (to.saturating_sub(1) / chunk) as u32;
+    let r = Arc::new(reader);
+    let s = stream::iter(first..=last).map(move |n| {
+        let bytes = r.chunk(n).map_err(std::io::Error::other)?;
+        let base = u64::from(n) * chunk;
+        let lo = from.saturating_sub(base) as usize;
+        let hi = ((to - base) as usize).min(bytes.len());
+        Ok::<Bytes, std::io::Error>(Bytes::from(bytes).slice(lo..hi))
+    });
+    HttpBody::from_stream(s)
+}
+
+fn multi_range(reader: BlobReader, ranges: &[(u64, u64)], ctype: &str, head: bool) -> Response {
+    let b = boundary();
+    let len = reader.len();
+    let mut body: Vec<Result<Bytes, std::io::Error>> = Vec::new();
+    for (from, to) in ranges {
+        body.push(Ok(Bytes::from(format!(
+            "\r\n--{b}\r\nContent-Type: {ctype}\r\nContent-Range: bytes {from}-{to}/{len}\r\n\r\n"
+        ))));
+        body.extend(
+            reader
+                .range(*from, to + 1)
+                .map(|c| c.map(Bytes::from).map_err(std::io::Error::other)),
+        );
+    }
+    body.push(Ok(Bytes::from(format!("\r\n--{b}--"))));
+    let mut resp = Response::new(if head {
+        HttpBody::empty()
+    } else {
+        HttpBody::from_stream(stream::iter(body))
+    });
+    *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    set(
+        &mut resp,
+        header::CONTENT_TYPE,
+        &format!("multipart/byteranges; boundary=\"{b}\""),
+    );
+    resp
+}
+
+/// Reads a blob's chunks in order as one `Read`.
+struct ChunkRead {
+    reader: BlobReader,
+    next: u32,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for ChunkRead {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.buf.len() {
+            if self.next == self.reader.chunks() {
+                return Ok(0);
+            }
+            self.buf = self
+                .reader
+                .chunk(self.next)
+                .map_err(std::io::Error::other)?;
+            self.next += 1;
+            self.at = 0;
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// A gzip-stored blob decoded on the way out, 64 KiB at a time.
+fn decoded_stream(reader: BlobReader) -> HttpBody {
+    let decoder = flate2::read::GzDecoder::new(ChunkRead {
+        reader,
+        next: 0,
+        buf: Vec::new(),
+        at: 0,
+    });
+    let s = stream::unfold(Some(decoder), |state| async move {
+        let mut d = state?;
+        let mut buf = vec![0u8; 64 * 1024];
+        match d.read(&mut buf) {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok::<Bytes, std::io::Error>(Bytes::from(buf)), Some(d)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    });
+    HttpBody::from_stream(s)
+}
+
+/// The revision an attachment write names (`?rev=` or `If-Match`).
+fn write_rev(req: &Req) -> ApiResult<Option<settee_core::rev::Rev>> {
+    let q = req.query.get("rev");
+    let h = req
+        .header(header::IF_MATCH)
+        .map(|s| s.trim().trim_matches('"'));
+    q.or(h).map(parse_rev).transpose()
+}
+
+fn require_writer(req: &Req, id: &str) -> ApiResult<()> {
+    match validate_doc_id(id)? {
+        DocKind::Design => require_db_admin(req),
+        DocKind::Local => Err(ApiError::bad_request(
+            "Attachments are not allowed on _local documents",
+        )),
+        _ => require_db_writer(req),
+    }
+}
+
+/// The body and stubs the edited revision has (an empty document when
+/// there is none: a new document, or one recreated after deletion).
+fn parent(
+    db: &Database,
+    id: &str,
+    rev: Option<&settee_core::rev::Rev>,
+) -> ApiResult<(String, Vec<(String, AttStub)>)> {
+    let reader = db.reader()?;
+    let Some(rev) = rev else {
+        return match reader.get(id, &GetOptions::default()) {
+            Ok(_) => Err(ApiError::conflict()),
+            Err(settee_db::Error::NotFound(_)) => Ok(("{}".to_string(), Vec::new())),
+            Err(e) => Err(e.into()),
+        };
+    };
+    let opts = GetOptions {
+        rev: Some(rev.clone()),
+        ..GetOptions::default()
+    };
+    match reader.get(id, &opts) {
+        Ok(d) => {
+            let (stubs, rest) = att::split_stored(d.body.as_str())
+                .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e.to_string())))?;
+            Ok((rest, stubs))
+        }
+        Err(settee_db::Error::NotFound(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_found",
+            "missing_rev",
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `id` at `rev` with `body` and `atts`; the response CouchDB
+/// gives an attachment write.
+async fn write_doc(
+    app: &App,
+    req: &Req,
+    db: &Database,
+    doc: Doc,
+    status: StatusCode,
+    location: Option<String>,
+) -> ApiResult<Response> {
+    super::doc::validate(app, req, db, &doc, true).await?;
+    let id = doc.id.clone();
+    let rev = super::doc::write_one(app, req, db, doc, true).await?;
+    let mut out = String::from("{\"ok\":true,\"id\":");
+    push_str(&mut out, &id);
+    out.push_str(",\"rev\":");
+    push_str(&mut out, &rev.map(|r| r.to_string()).unwrap_or_default());
+    out.push('}');
+    let mut resp = json_response(status, out);
+    if let Some(loc) = location {
+        set(&mut resp, header::LOCATION, &loc);
+    }
+    Ok(resp)
+}
+
+async fn put(
+    app: &App,
+    req: &mut Req,
+    db: &Database,
+    id: String,
+    name: String,
+) -> ApiResult<Response> {
+    require_writer(req, &id)?;
+    att::validate_name(&name).map_err(ApiError::from)?;
+    let rev = write_rev(req)?;
+    let content_type = req
+        .header(header::CONTENT_TYPE)
+        .unwrap_or(att::DEFAULT_CONTENT_TYPE)
+        .to_string();
+    // The edited revision is checked before the body is read.
+    let (rest, stubs) = parent(db, &id, rev.as_ref())?;
+    let settings = Arc::clone(&req.settings);
+    let limit = settings.max_attachment_size.min(
+        settings
+            .max_http_request_size
+            .max(settings.max_attachment_size),
+    );
+    let level = settings.att_compression.level_for(&content_type);
+    let mut w = AttWriter::new(&db.blobs(), level)?;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "attachment_too_large",
+            name.clone(),
+        )
+    };
+    req.stream_body(limit, too_large, |bytes| Ok(w.write_bytes(bytes)?))
+        .await?;
+    let stub = w.finish(content_type)?;
+    let mut atts = vec![AttIn {
+        name: name.clone(),
+        kind: AttKind::Stored(stub),
+    }];
+    atts.extend(
+        stubs
+            .into_iter()
+            .filter(|(n, _)| *n != name)
+            .map(|(n, _)| AttIn {
+                name: n,
+                kind: AttKind::Stub { revpos: None },
+            }),
+    );
+    let doc = Doc {
+        id: id.clone(),
+        rev,
+        deleted: false,
+        revisions: None,
+        body: Body::from_stored(rest),
+        atts: Some(atts),
+    };
+    let location = super::db::location(req, db.name(), Some(&id)).and_then(|l| {
+        use percent_encoding::utf8_percent_encode;
+        let name = utf8_percent_encode(&name, super::db::URL_ENCODE).to_string();
+        l.to_str().ok().map(|l| format!("{l}/{name}"))
+    });
+    write_doc(app, req, db, doc, StatusCode::CREATED, location).await
+}
+
+async fn delete(
+    app: &App,
+    req: &mut Req,
+    db: &Database,
+    id: String,
+    name: String,
+) -> ApiResult<Response> {
+    require_writer(req, &id)?;
+    let rev = write_rev(req)?;
+    let Some(rev) = rev else {
+        return Err(ApiError::conflict());
+    };
+    let (rest, stubs) = parent(db, &id, Some(&rev))?;
+    if !stubs.iter().any(|(n, _)| *n == name) {
+        return Err(missing_att());
+    }
+    let atts: Vec<AttIn> = stubs
+        .into_iter()
+        .filter(|(n, _)| *n != name)
+        .map(|(n, _)| AttIn {
+            name: n,
+            kind: AttKind::Stub { revpos: None },
+        })
+        .collect();
+    let doc = Doc {
+        id,
+        rev: Some(rev),
+        deleted: false,
+        revisions: None,
+        body: Body::from_stored(rest),
+        atts: (!atts.is_empty()).then_some(atts),
+    };
+    write_doc(app, req, db, doc, StatusCode::OK, None).await
+}
