@@ -8,7 +8,14 @@
 //!   are strings `N-opaque` or `N` become `"seq:N"`; numbers stay numbers.
 //! - `instance_start_time` and `sizes` become `"{volatile}"`; the server's
 //!   own `http://host:port` becomes `{base}`; `X-Couch-Request-ID` and
-//!   non-revision ETags become `{present}`/`{etag}`.
+//!   non-revision ETags become `{present}`/`{etag}` (unless the step says
+//!   `exact ETag`).
+//! - A multipart body (`Content-Type: multipart/…; boundary=…`) becomes
+//!   `{"$multipart": [{"headers": {…}, "body": …}, …]}`, each part's body
+//!   read like a whole body (nested multiparts too; a `Content-Encoding:
+//!   gzip` part as `{"$gunzip": …}` of its decoded bytes), and every
+//!   `boundary` parameter becomes `{boundary}`: boundaries are random.
+//!   A body that is not UTF-8 becomes `{"$base64": "…"}`.
 //!
 //! Invariant: normalisation is a deterministic function of the responses
 //! in order and both sides go through the same one; it never drops a field,
@@ -63,16 +70,20 @@ impl Normalizer {
         req_text: &str,
         resp: &Response,
         keep: &[String],
+        exact: &[String],
         ignore: &[String],
     ) -> Value {
         let mut headers = Map::new();
         let mut names: Vec<&str> = COMPARED_HEADERS.to_vec();
         names.extend(keep.iter().map(|s| s.as_str()));
+        names.extend(exact.iter().map(|s| s.as_str()));
         for name in names {
             if let Some(v) = resp.header(name) {
+                let v = without_boundary(v);
+                let v = v.as_str();
                 let v = match name {
                     "x-couch-request-id" => "{present}".to_string(),
-                    "etag" => {
+                    "etag" if !exact.iter().any(|e| e == "etag") => {
                         let n = self.string(v);
                         if n.contains("#h") {
                             n
@@ -190,13 +201,38 @@ fn seq_number(s: &str) -> Option<u64> {
 }
 
 /// The body as a value: JSON if it parses, newline-separated JSON as
-/// `{"$lines": [...]}`, other text as `{"$text": "..."}`, empty as null.
+/// `{"$lines": [...]}`, other text as `{"$text": "..."}`, bytes that are
+/// not UTF-8 as `{"$base64": "..."}`, a multipart body as
+/// `{"$multipart": [...]}` (see the module doc), empty as null.
 pub fn body_value(resp: &Response) -> Value {
-    if resp.body.is_empty() {
+    bytes_value(resp.header("content-type"), &resp.body)
+}
+
+fn bytes_value(content_type: Option<&str>, body: &[u8]) -> Value {
+    if body.is_empty() {
         return Value::Null;
     }
-    let text = String::from_utf8_lossy(&resp.body);
-    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+    if let Some(b) = content_type.and_then(boundary) {
+        if content_type.is_some_and(|c| {
+            c.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("multipart/")
+        }) {
+            if let Some(v) = multipart(body, &b) {
+                return v;
+            }
+            // Not well-formed: compared as text, the boundary replaced.
+            let text = String::from_utf8_lossy(body).replace(&b, "{boundary}");
+            return serde_json::json!({ "$text": text });
+        }
+    }
+    let Ok(text) = std::str::from_utf8(body) else {
+        use base64::Engine as _;
+        return serde_json::json!({
+            "$base64": base64::engine::general_purpose::STANDARD.encode(body)
+        });
+    };
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
         return v;
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -208,6 +244,115 @@ pub fn body_value(resp: &Response) -> Value {
         }
     }
     serde_json::json!({ "$text": text })
+}
+
+/// The `boundary` parameter of a media type, unquoted.
+fn boundary(content_type: &str) -> Option<String> {
+    let (start, end) = boundary_span(content_type)?;
+    Some(content_type[start..end].to_string())
+}
+
+/// Where the value of the `boundary` parameter is, without its quotes.
+fn boundary_span(ct: &str) -> Option<(usize, usize)> {
+    let lower = ct.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(i) = lower[from..].find("boundary=") {
+        let at = from + i;
+        let before = lower[..at].trim_end();
+        from = at + 9;
+        if !before.ends_with(';') {
+            continue;
+        }
+        let rest = &ct[from..];
+        if let Some(q) = rest.strip_prefix('"') {
+            let end = q.find('"')?;
+            return Some((from + 1, from + 1 + end));
+        }
+        let end = rest.find([';', ' ', '\t']).unwrap_or(rest.len());
+        return Some((from, from + end));
+    }
+    None
+}
+
+/// A header value with its `boundary` parameter's value (quotes kept)
+/// replaced by `{boundary}`.
+fn without_boundary(v: &str) -> String {
+    match boundary_span(v) {
+        Some((s, e)) => format!("{}{{boundary}}{}", &v[..s], &v[e..]),
+        None => v.to_string(),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A multipart body (RFC 2046) as `{"$multipart": [{headers, body}]}`;
+/// None if it is not well-formed (CRLF line ends, a closing delimiter).
+fn multipart(body: &[u8], b: &str) -> Option<Value> {
+    let delim = format!("--{b}");
+    let d = delim.as_bytes();
+    let close = format!("\r\n{delim}");
+    let mut pos = if body.starts_with(d) {
+        0
+    } else {
+        find(body, close.as_bytes())? + 2
+    };
+    let mut parts = Vec::new();
+    loop {
+        pos += d.len();
+        let rest = &body[pos..];
+        if rest.starts_with(b"--") {
+            break;
+        }
+        // Transport padding, then the line end.
+        let pad = rest
+            .iter()
+            .take_while(|c| **c == b' ' || **c == b'\t')
+            .count();
+        if !rest[pad..].starts_with(b"\r\n") {
+            return None;
+        }
+        let start = pos + pad + 2;
+        let end = start + find(&body[start..], close.as_bytes())?;
+        parts.push(part(&body[start..end])?);
+        pos = end + 2;
+    }
+    Some(serde_json::json!({ "$multipart": parts }))
+}
+
+fn part(p: &[u8]) -> Option<Value> {
+    let (head, body) = if p.starts_with(b"\r\n") {
+        (&p[..0], &p[2..])
+    } else {
+        let i = find(p, b"\r\n\r\n")?;
+        (&p[..i], &p[i + 4..])
+    };
+    let mut raw: Vec<(String, &str)> = Vec::new();
+    for line in std::str::from_utf8(head).ok()?.split("\r\n") {
+        if line.is_empty() {
+            continue;
+        }
+        let (k, v) = line.split_once(':')?;
+        raw.push((k.trim().to_ascii_lowercase(), v.trim()));
+    }
+    let get = |n: &str| raw.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+    let ct = get("content-type");
+    let body = if get("content-encoding").is_some_and(|e| e.eq_ignore_ascii_case("gzip")) {
+        use std::io::Read as _;
+        let mut out = Vec::new();
+        match flate2::read::GzDecoder::new(body).read_to_end(&mut out) {
+            Ok(_) => serde_json::json!({ "$gunzip": bytes_value(ct, &out) }),
+            Err(_) => bytes_value(None, body),
+        }
+    } else {
+        bytes_value(ct, body)
+    };
+    let headers: Map<String, Value> = raw
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(without_boundary(v))))
+        .collect();
+    Some(serde_json::json!({ "headers": headers, "body": body }))
 }
 
 /// Sets the value at a dotted path (array indices as numbers), if present.
@@ -273,6 +418,7 @@ mod tests {
             &resp(r#"{"rev":"1-0123456789abcdef0123456789abcdef","other":"2-ffffffffffffffffffffffffffffffff","last_seq":"12-g1AAAA","update_seq":7}"#),
             &[],
             &[],
+            &[],
         );
         assert_eq!(r["headers"]["etag"], "\"1-#h1\"");
         assert_eq!(r["body"]["rev"], "1-#h1");
@@ -288,6 +434,7 @@ mod tests {
             "GET /",
             &resp(r#"{"u":"http://127.0.0.1:1/db","t":5}"#),
             &[],
+            &[],
             &["body.t".into()],
         );
         assert_eq!(r["body"]["u"], "{base}/db");
@@ -297,6 +444,7 @@ mod tests {
         let r = n.record(
             "GET /",
             &resp(r#"{"t":5}"#),
+            &[],
             &[],
             &["body.w?".into(), "body.x".into(), "body.t?".into()],
         );
@@ -316,5 +464,54 @@ mod tests {
             serde_json::json!({"$lines": [{"a":1},{"b":2}]})
         );
         assert_eq!(body_value(&resp("")), Value::Null);
+        let mut r = resp("");
+        r.body = vec![0, 1, 2, 255];
+        assert_eq!(body_value(&r), serde_json::json!({"$base64": "AAEC/w=="}));
+    }
+
+    #[test]
+    fn multipart_bodies_and_boundaries() {
+        let b = "0123456789abcdef0123456789abcdef";
+        let inner = "abc";
+        let gz = crate::http::gzip(b"hi");
+        let mut body = format!(
+            "--{b}\r\nContent-Type: application/json\r\n\r\n{{\"_rev\":\"1-ffffffffffffffffffffffffffffffff\"}}\r\n--{b}\r\nContent-Type: multipart/related; boundary={inner}\r\n\r\n--{inner}\r\n\r\nx\r\n--{inner}--\r\n--{b}\r\nContent-Encoding: gzip\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(&gz);
+        body.extend_from_slice(format!("\r\n--{b}\r\n\r\n").as_bytes());
+        body.extend_from_slice(&[0, 255]);
+        body.extend_from_slice(format!("\r\n--{b}--").as_bytes());
+        let r = Response {
+            status: 200,
+            headers: vec![(
+                "content-type".into(),
+                format!("multipart/mixed; boundary=\"{b}\""),
+            )],
+            body,
+        };
+        let mut n = Normalizer::new("");
+        let rec = n.record("GET /", &r, &[], &[], &[]);
+        assert_eq!(
+            rec["headers"]["content-type"],
+            "multipart/mixed; boundary=\"{boundary}\""
+        );
+        assert_eq!(
+            rec["body"],
+            serde_json::json!({"$multipart": [
+                {"headers": {"content-type": "application/json"}, "body": {"_rev": "1-#h1"}},
+                {"headers": {"content-type": "multipart/related; boundary={boundary}"},
+                 "body": {"$multipart": [{"headers": {}, "body": {"$text": "x"}}]}},
+                {"headers": {"content-encoding": "gzip"}, "body": {"$gunzip": {"$text": "hi"}}},
+                {"headers": {}, "body": {"$base64": "AP8="}},
+            ]})
+        );
+        // Not well-formed: text, the boundary replaced.
+        let mut r = r;
+        r.body = format!("--{b}\nno CRLF").into_bytes();
+        assert_eq!(
+            body_value(&r),
+            serde_json::json!({"$text": "--{boundary}\nno CRLF"})
+        );
     }
 }

@@ -129,7 +129,13 @@ fn run_steps(t: &Target, sc: &Scenario, db: &str) -> Result<Vec<Value>, String> 
         let req = build(t, step, db, &raw).map_err(|e| format!("step {}: {e}", i + 1))?;
         let resp = http::send(&t.addr, &req, Duration::from_secs(60))
             .map_err(|e| format!("step {} ({}): {e}", i + 1, step.text))?;
-        out.push(norm.record(&step.text, &resp, &step.keep_headers, &step.ignore));
+        out.push(norm.record(
+            &step.text,
+            &resp,
+            &step.keep_headers,
+            &step.exact_headers,
+            &step.ignore,
+        ));
         raw.push(resp);
     }
     Ok(out)
@@ -149,9 +155,10 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
         Auth::None => {}
         Auth::Basic(c) => headers.push(("Authorization".into(), basic(&subst(c, db, prev)?))),
     }
-    let mut body = match &step.body {
-        Some(b) => Some(subst(b, db, prev)?.into_bytes()),
-        None => None,
+    let mut body = match (&step.bytes, &step.body) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(b)) => Some(subst(b, db, prev)?.into_bytes()),
+        (None, None) => None,
     };
     if body.is_some()
         && step.content_type

@@ -13,9 +13,11 @@
 //! ```
 //!
 //! Modifiers: `header Name: value`, `raw "json string"` (the exact body),
+//! `base64 "AAEC/w=="` (the exact body as bytes, for binary uploads),
 //! `chunked`, `gzip` (compress the body), `noauth`, `auth user:pass`,
 //! `no-content-type`, `no-accept`, `keep Header-Name` (also compare that
-//! header), `ignore PATH` (do not compare that body path: a value neither
+//! header), `exact Header-Name` (compare that header without the `{etag}`
+//! placeholder: an attachment's ETag is its digest), `ignore PATH` (do not compare that body path: a value neither
 //! side can match; `ignore PATH?`: nor whether it is there at all),
 //! `sleep MS` (wait before sending).
 //!
@@ -52,6 +54,8 @@ pub struct Step {
     pub method: String,
     pub path: String,
     pub body: Option<String>,
+    /// The body as bytes (`base64`), sent as is instead of `body`.
+    pub bytes: Option<Vec<u8>>,
     pub headers: Vec<(String, String)>,
     pub auth: Auth,
     pub chunked: bool,
@@ -59,6 +63,8 @@ pub struct Step {
     pub content_type: bool,
     pub accept: bool,
     pub keep_headers: Vec<String>,
+    /// Headers compared without the `{etag}` placeholder (lowercase).
+    pub exact_headers: Vec<String>,
     pub ignore: Vec<String>,
     pub sleep_ms: u64,
     /// The request line as written, for reports and goldens.
@@ -156,6 +162,7 @@ pub fn parse(area: &str, file: &str, text: &str) -> Result<Vec<Scenario>, ParseE
             method: method.to_string(),
             path: path.to_string(),
             body,
+            bytes: None,
             headers: Vec::new(),
             auth: Auth::Admin,
             chunked: false,
@@ -163,6 +170,7 @@ pub fn parse(area: &str, file: &str, text: &str) -> Result<Vec<Scenario>, ParseE
             content_type: true,
             accept: true,
             keep_headers: Vec::new(),
+            exact_headers: Vec::new(),
             ignore: Vec::new(),
             sleep_ms: 0,
             text: trimmed.to_string(),
@@ -202,6 +210,16 @@ fn modifier(step: &mut Step, m: &str) -> Result<(), String> {
                 .map_err(|e| format!("raw needs a JSON string literal: {e}"))?;
             step.body = Some(s);
         }
+        "base64" => {
+            use base64::Engine as _;
+            let s: String = serde_json::from_str(arg)
+                .map_err(|e| format!("base64 needs a JSON string literal: {e}"))?;
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|e| format!("base64 needs base64 data: {e}"))?;
+            step.body = Some(String::new());
+            step.bytes = Some(b);
+        }
         "chunked" => step.chunked = true,
         "gzip" => step.gzip = true,
         "noauth" => step.auth = Auth::None,
@@ -209,6 +227,7 @@ fn modifier(step: &mut Step, m: &str) -> Result<(), String> {
         "no-content-type" => step.content_type = false,
         "no-accept" => step.accept = false,
         "keep" => step.keep_headers.push(arg.to_ascii_lowercase()),
+        "exact" => step.exact_headers.push(arg.to_ascii_lowercase()),
         "ignore" => step.ignore.push(arg.to_string()),
         "sleep" => {
             step.sleep_ms = arg
@@ -280,6 +299,15 @@ mod tests {
         assert!(s[1].nodb);
         assert_eq!(s[1].steps[0].body.as_deref(), Some("a\nb"));
         assert_ne!(s[0].hash, s[1].hash);
+    }
+
+    #[test]
+    fn binary_bodies_and_exact_headers() {
+        let text = "=== a.b\nPUT /${db}/d/x\n  base64 \"AAEC/w==\"\n  exact ETag\n";
+        let s = parse("a", "f", text).unwrap();
+        assert_eq!(s[0].steps[0].bytes.as_deref(), Some(&[0u8, 1, 2, 255][..]));
+        assert_eq!(s[0].steps[0].exact_headers, vec!["etag".to_string()]);
+        assert!(parse("a", "f", "=== x\nPUT /\n  base64 \"!!\"\n").is_err());
     }
 
     #[test]

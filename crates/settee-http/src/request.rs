@@ -285,6 +285,18 @@ impl Req {
         }
     }
 
+    /// Hands the body to a streaming reader. The connection is not reused
+    /// unless [`Req::body_finished`] says the body was read to its end.
+    pub fn take_body(&mut self) -> Option<HttpBody> {
+        self.abandoned = true;
+        self.body.get_mut().take()
+    }
+
+    /// The body taken by [`Req::take_body`] was read to its end.
+    pub fn body_finished(&mut self) {
+        self.abandoned = false;
+    }
+
     /// Streams the body to `sink` a frame at a time (never buffering it
     /// whole), refusing more than `limit` bytes with `too_large` (also
     /// when `Content-Length` declares more). Each frame must arrive within

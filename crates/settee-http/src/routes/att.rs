@@ -24,6 +24,8 @@ use futures_util::stream::{self, StreamExt};
 use settee_core::att::{self, AttIn, AttKind, AttStub};
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
+use settee_core::rev::Rev;
+use settee_core::revtree::RevTree;
 use settee_db::atts::AttWriter;
 use settee_db::blobs::{BlobReader, Blobs};
 use settee_db::json::{AttView, Extras};
@@ -35,37 +37,77 @@ use crate::render::{json_response, push_str};
 use crate::request::{parse_rev, Req};
 use crate::state::App;
 
+/// What a read asks of attachments: `attachments`, `att_encoding_info`
+/// and `atts_since` (the revisions the client has).
+#[derive(Debug, Clone, Default)]
+pub struct AttAsk {
+    /// The view, with `since_pos` 0 (see [`AttAsk::view_for`]).
+    pub view: AttView,
+    pub since: Option<Vec<Rev>>,
+}
+
+impl AttAsk {
+    /// The view for revision `rev` of a document with revision tree
+    /// `tree`: as CouchDB, attachments are sent only if added after the
+    /// newest `atts_since` revision that is `rev` or one of its ancestors
+    /// (revisions the document does not have are ignored).
+    pub fn view_for(&self, tree: Option<&RevTree>, rev: &Rev) -> AttView {
+        match (self.view, &self.since, tree) {
+            (AttView::Data { encoding_info, .. }, Some(since), Some(tree)) => {
+                let path = tree.path(rev).unwrap_or_default();
+                let since_pos = since
+                    .iter()
+                    .filter(|r| path.iter().any(|n| n.rev == **r))
+                    .map(|r| r.pos)
+                    .max()
+                    .unwrap_or(0);
+                AttView::Data {
+                    encoding_info,
+                    since_pos,
+                }
+            }
+            (view, _, _) => view,
+        }
+    }
+
+    pub fn wants_data(&self) -> bool {
+        matches!(self.view, AttView::Data { .. })
+    }
+}
+
+/// Parses a JSON list of revisions (`atts_since`).
+pub fn parse_since(v: &serde_json::Value) -> ApiResult<Vec<Rev>> {
+    let bad = || ApiError::bad_request("atts_since is not a JSON list of revisions");
+    v.as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|r| parse_rev(r.as_str().ok_or_else(bad)?))
+        .collect()
+}
+
 /// How `attachments`, `atts_since` and `att_encoding_info` ask for
 /// attachments to be shown.
-pub fn att_view(req: &Req) -> ApiResult<AttView> {
+pub fn att_ask(req: &Req) -> ApiResult<AttAsk> {
     let q = &req.query;
     let encoding_info = q.get("att_encoding_info") == Some("true");
     let since = match q.get("atts_since") {
-        Some(spec) => {
-            let v: serde_json::Value = serde_json::from_str(spec)
-                .map_err(|_| ApiError::bad_request("atts_since is not a JSON list of revisions"))?;
-            let list = v.as_array().ok_or_else(|| {
-                ApiError::bad_request("atts_since is not a JSON list of revisions")
-            })?;
-            let mut max = 0;
-            for r in list {
-                let rev = parse_rev(r.as_str().unwrap_or(""))?;
-                max = max.max(rev.pos);
-            }
-            Some(max)
-        }
+        Some(spec) => Some(parse_since(
+            &serde_json::from_str(spec)
+                .map_err(|_| ApiError::bad_request("atts_since is not a JSON list of revisions"))?,
+        )?),
         None => None,
     };
-    Ok(if q.get("attachments") == Some("true") || since.is_some() {
+    let view = if q.get("attachments") == Some("true") || since.is_some() {
         AttView::Data {
             encoding_info,
-            since_pos: since.unwrap_or(0),
+            since_pos: 0,
         }
     } else if encoding_info {
         AttView::EncodingInfo
     } else {
         AttView::Stubs
-    })
+    };
+    Ok(AttAsk { view, since })
 }
 
 /// True when the client takes `multipart/related` (CouchDB's test: no
@@ -145,56 +187,69 @@ fn boundary() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// A document as `multipart/related`: its JSON (attachments above
-/// `since_pos` marked `follows`, with their encoding), then each such
-/// attachment's stored bytes in order.
-pub fn multipart_doc(db: &Database, d: &DocRead, extras: Extras) -> ApiResult<Response> {
+/// A document's JSON for a multipart body (attachments above the view's
+/// `since_pos` marked `follows`, with their encoding) and the stubs of
+/// those that follow, in order; None when none follows.
+fn related_json(d: &DocRead, extras: Extras) -> ApiResult<Option<(String, Vec<AttStub>, Vec<String>)>> {
     let (encoding_info, since_pos) = match extras.atts {
         AttView::Data {
             encoding_info,
             since_pos,
         } => (encoding_info, since_pos),
-        _ => (false, u64::MAX),
+        _ => return Ok(None),
     };
     let (stubs, rest) = att::split_stored(d.body.as_str())
         .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e.to_string())))?;
-    // The JSON part: the document without its stubs, then `_attachments`.
+    if !stubs.iter().any(|(_, s)| s.revpos > since_pos) {
+        return Ok(None);
+    }
+    // The document without its stubs, then `_attachments`.
     let bare = DocRead {
         body: Body::from_stored(rest),
         ..d.clone()
     };
     let mut json = settee_db::json::doc_string(&bare, extras);
     json.pop();
-    let follows: Vec<&(String, AttStub)> =
-        stubs.iter().filter(|(_, s)| s.revpos > since_pos).collect();
-    if !stubs.is_empty() {
-        json.push_str(",\"_attachments\":{");
-        for (i, (name, stub)) in stubs.iter().enumerate() {
-            if i > 0 {
-                json.push(',');
-            }
-            push_str(&mut json, name);
-            json.push(':');
-            if stub.revpos > since_pos {
-                stub.write_head(&mut json);
-                json.push_str(",\"length\":");
-                json.push_str(&stub.length.to_string());
-                json.push_str(",\"follows\":true");
-                stub.write_encoding(&mut json);
-                json.push('}');
-            } else {
-                stub.write_json(&mut json, encoding_info);
-            }
+    json.push_str(",\"_attachments\":{");
+    let (mut follows, mut names) = (Vec::new(), Vec::new());
+    for (i, (name, stub)) in stubs.into_iter().enumerate() {
+        if i > 0 {
+            json.push(',');
         }
-        json.push('}');
+        push_str(&mut json, &name);
+        json.push(':');
+        if stub.revpos > since_pos {
+            stub.write_head(&mut json);
+            json.push_str(",\"length\":");
+            json.push_str(&stub.length.to_string());
+            json.push_str(",\"follows\":true");
+            stub.write_encoding(&mut json);
+            json.push('}');
+            follows.push(stub);
+            names.push(name);
+        } else {
+            stub.write_json(&mut json, encoding_info);
+        }
     }
-    json.push('}');
-    let b = boundary();
+    json.push_str("}}");
+    Ok(Some((json, follows, names)))
+}
+
+/// The parts of a `multipart/related` body with boundary `b`: the JSON,
+/// then each attachment that follows (its stored bytes), then the close.
+fn related_pieces(
+    db: &Database,
+    b: &str,
+    json: &str,
+    follows: &[AttStub],
+    names: &[String],
+    pieces: &mut Vec<Piece>,
+) -> ApiResult<()> {
     let blobs = db.blobs();
-    let mut pieces = vec![Piece::Bytes(Bytes::from(format!(
+    pieces.push(Piece::Bytes(Bytes::from(format!(
         "--{b}\r\nContent-Type: application/json\r\n\r\n{json}"
-    )))];
-    for (name, stub) in follows {
+    ))));
+    for (stub, name) in follows.iter().zip(names) {
         let mut head = format!("\r\n--{b}\r\nContent-Disposition: attachment; filename=");
         push_str(&mut head, name);
         head.push_str(&format!(
@@ -210,13 +265,73 @@ pub fn multipart_doc(db: &Database, d: &DocRead, extras: Extras) -> ApiResult<Re
         pieces.push(Piece::Blob(open(&blobs, stub)?));
     }
     pieces.push(Piece::Bytes(Bytes::from(format!("\r\n--{b}--"))));
+    Ok(())
+}
+
+fn streamed(pieces: Vec<Piece>, content_type: &str) -> Response {
     let mut resp = Response::new(stream_pieces(pieces));
-    set(
-        &mut resp,
-        header::CONTENT_TYPE,
+    set(&mut resp, header::CONTENT_TYPE, content_type);
+    resp
+}
+
+/// A document as `multipart/related` (JSON when no attachment follows).
+pub fn multipart_doc(db: &Database, d: &DocRead, extras: Extras) -> ApiResult<Response> {
+    let Some((json, follows, names)) = related_json(d, extras)? else {
+        let mut out = String::new();
+        push_doc_with_data(&mut out, db, d, extras)?;
+        return Ok(json_response(StatusCode::OK, out));
+    };
+    let b = boundary();
+    let mut pieces = Vec::new();
+    related_pieces(db, &b, &json, &follows, &names, &mut pieces)?;
+    Ok(streamed(
+        pieces,
         &format!("multipart/related; boundary=\"{b}\""),
-    );
-    Ok(resp)
+    ))
+}
+
+/// `open_revs` as `multipart/mixed` with attachment bytes: each revision
+/// with attachments to send as a nested `multipart/related`, the others
+/// as JSON, missing ones as errors (what CouchDB's replicator reads).
+pub fn multipart_open_revs(
+    db: &Database,
+    results: &[(&settee_db::OpenRev, Extras)],
+) -> ApiResult<Response> {
+    let outer = boundary();
+    let mut pieces = Vec::new();
+    for (r, extras) in results {
+        match r {
+            settee_db::OpenRev::Found(d) => match related_json(d, *extras)? {
+                Some((json, follows, names)) => {
+                    let inner = boundary();
+                    pieces.push(Piece::Bytes(Bytes::from(format!(
+                        "--{outer}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n"
+                    ))));
+                    related_pieces(db, &inner, &json, &follows, &names, &mut pieces)?;
+                    pieces.push(Piece::Bytes(Bytes::from_static(b"\r\n")));
+                }
+                None => {
+                    let mut out = format!("--{outer}\r\nContent-Type: application/json\r\n\r\n");
+                    push_doc_with_data(&mut out, db, d, *extras)?;
+                    out.push_str("\r\n");
+                    pieces.push(Piece::Bytes(Bytes::from(out)));
+                }
+            },
+            settee_db::OpenRev::Missing(rev) => {
+                let mut out = format!(
+                    "--{outer}\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{{\"missing\":"
+                );
+                crate::render::push_rev(&mut out, rev);
+                out.push_str("}\r\n");
+                pieces.push(Piece::Bytes(Bytes::from(out)));
+            }
+        }
+    }
+    pieces.push(Piece::Bytes(Bytes::from(format!("--{outer}--"))));
+    Ok(streamed(
+        pieces,
+        &format!("multipart/mixed; boundary=\"{outer}\""),
+    ))
 }
 
 fn set(resp: &mut Response, name: header::HeaderName, value: &str) {
@@ -646,4 +761,161 @@ async fn delete(
         atts: (!atts.is_empty()).then_some(atts),
     };
     write_doc(app, req, db, doc, StatusCode::OK, None).await
+}
+
+/// True for a `multipart/related` request body (a document with its
+/// attachments, as CouchDB's replicator sends it).
+pub fn is_multipart_related(req: &Req) -> bool {
+    req.header(header::CONTENT_TYPE).is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/related"))
+    })
+}
+
+/// Replaces each `follows` attachment of a parsed document with the
+/// stub of its stored part (by name).
+pub fn attach_stored(
+    atts: &mut [AttIn],
+    mut stored: Vec<(String, AttStub)>,
+    new_edits: bool,
+) -> ApiResult<()> {
+    for a in atts.iter_mut() {
+        if let AttKind::Follows { revpos, .. } = &a.kind {
+            let i = stored.iter().position(|(n, _)| *n == a.name).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "attachment {} follows, but no part of the body carries it",
+                    a.name
+                ))
+            })?;
+            let (_, stub) = stored.swap_remove(i);
+            let revpos = if new_edits { 0 } else { revpos.unwrap_or(0) };
+            a.kind = AttKind::Stored(AttStub { revpos, ..stub });
+        }
+    }
+    Ok(())
+}
+
+/// The next part of a multipart body, within the body timeout.
+async fn next_part<'a>(mp: &mut multer::Multipart<'a>) -> ApiResult<Option<multer::Field<'a>>> {
+    match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, mp.next_field()).await {
+        Err(_) => Err(body_timeout()),
+        Ok(Ok(f)) => Ok(f),
+        Ok(Err(e)) => Err(ApiError::bad_request(format!("invalid multipart body: {e}"))),
+    }
+}
+
+async fn next_chunk(field: &mut multer::Field<'_>) -> ApiResult<Option<Bytes>> {
+    match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, field.chunk()).await {
+        Err(_) => Err(body_timeout()),
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(ApiError::bad_request(format!("invalid multipart body: {e}"))),
+    }
+}
+
+fn body_timeout() -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        "timed out reading the request body",
+    )
+}
+
+/// `PUT /{db}/{doc}` as `multipart/related`: the document's JSON, then
+/// the bytes of each attachment it marks `follows`, in order. Each part
+/// is streamed to storage; then the document is written as a JSON PUT is.
+pub async fn put_multipart(
+    app: &App,
+    req: &mut Req,
+    db: &Database,
+    id: &str,
+) -> ApiResult<Response> {
+    require_writer(req, id)?;
+    let ct = req.header(header::CONTENT_TYPE).unwrap_or("").to_string();
+    let boundary = multipart_boundary(&ct)
+        .ok_or_else(|| ApiError::bad_request("multipart/related needs a boundary"))?;
+    let settings = Arc::clone(&req.settings);
+    let body = req.take_body().ok_or_else(|| ApiError::bad_request("no body"))?;
+    let mut mp = multer::Multipart::new(body.into_data_stream(), boundary);
+    // The document.
+    let mut first = next_part(&mut mp)
+        .await?
+        .ok_or_else(|| ApiError::bad_request("multipart body without a document part"))?;
+    let mut json = Vec::new();
+    while let Some(c) = next_chunk(&mut first).await? {
+        json.extend_from_slice(&c);
+        if json.len() as u64 > settings.max_http_request_size {
+            return Err(ApiError::request_too_large());
+        }
+    }
+    drop(first);
+    let serde_json::Value::Object(map) = crate::request::parse_json_bytes(&json)? else {
+        return Err(ApiError::bad_request("Document must be a JSON object"));
+    };
+    // Which attachments follow, in order, and how they are sent.
+    let follows: Vec<(String, String, Option<String>, Option<u64>)> = map
+        .get("_attachments")
+        .and_then(serde_json::Value::as_object)
+        .map(|atts| {
+            atts.iter()
+                .filter(|(_, v)| v.get("follows") == Some(&serde_json::Value::Bool(true)))
+                .map(|(name, v)| {
+                    let ct = v
+                        .get("content_type")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or(att::DEFAULT_CONTENT_TYPE)
+                        .to_string();
+                    let enc = v.get("encoding").and_then(serde_json::Value::as_str).map(str::to_string);
+                    let len = v.get("length").and_then(serde_json::Value::as_u64);
+                    (name.clone(), ct, enc, len)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut stored = Vec::with_capacity(follows.len());
+    for (name, ct, encoding, length) in follows {
+        let Some(mut part) = next_part(&mut mp).await? else {
+            return Err(ApiError::bad_request(format!(
+                "attachment {name} follows, but no part of the body carries it"
+            )));
+        };
+        // Bytes sent encoded (a replicator's copy) are stored as they are.
+        let level = match encoding {
+            Some(_) => None,
+            None => settings.att_compression.level_for(&ct),
+        };
+        let mut w = AttWriter::new(&db.blobs(), level)?;
+        while let Some(c) = next_chunk(&mut part).await? {
+            w.write_bytes(&c)?;
+            if w.length() > settings.max_attachment_size {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "attachment_too_large",
+                    name,
+                ));
+            }
+        }
+        let mut stub = w.finish(ct)?;
+        if let Some(enc) = encoding {
+            stub.encoded_length = Some(stub.length);
+            stub.length = length.unwrap_or(stub.length);
+            stub.encoding = Some(enc);
+        }
+        stored.push((name, stub));
+    }
+    while next_part(&mut mp).await?.is_some() {}
+    drop(mp);
+    req.body_finished();
+    super::doc::write_with_atts(app, req, db, id, map, stored).await
+}
+
+/// The `boundary` parameter of a multipart content type.
+fn multipart_boundary(ct: &str) -> Option<String> {
+    ct.split(';').skip(1).find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| v.trim().trim_matches('"').to_string())
+            .filter(|b| !b.is_empty())
+    })
 }

@@ -637,6 +637,17 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
         }
     }
     let asks: Vec<BulkGetAsk> = items.iter().map(bulk_get_ask).collect();
+    let view = super::att::att_ask(req)?.view;
+    // Per document, `atts_since` names revisions the client has.
+    let asks_atts: Vec<super::att::AttAsk> = items
+        .iter()
+        .map(|item| super::att::AttAsk {
+            view,
+            since: item
+                .get("atts_since")
+                .and_then(|v| super::att::parse_since(v).ok()),
+        })
+        .collect();
     let opts = GetOptions {
         revs: q.flag("revs")?,
         latest: q.flag("latest")?,
@@ -687,7 +698,22 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
                                 "not_found",
                                 "missing",
                             ),
-                            found => push_open_rev(&mut out, found, Extras::default()),
+                            found => {
+                                let ask = &asks_atts[i];
+                                let tree = match &ask.since {
+                                    Some(_) => reader.rev_tree(id)?,
+                                    None => None,
+                                };
+                                let rev = match found {
+                                    OpenRev::Found(d) => &d.rev,
+                                    OpenRev::Missing(r) => r,
+                                };
+                                let extras = Extras {
+                                    atts: ask.view_for(tree.as_ref(), rev),
+                                    ..Extras::default()
+                                };
+                                push_open_rev(&mut out, &db, found, extras)?
+                            }
                         }
                     }
                 }

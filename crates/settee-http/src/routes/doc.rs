@@ -35,13 +35,13 @@
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use percent_encoding::percent_decode_str;
-use rand::RngCore;
 use serde_json::{Map, Value};
 use settee_core::att::{AttIn, AttKind};
 use settee_core::design;
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
+use settee_core::revtree::RevTree;
 use settee_db::{Database, DocRead, Durability, GetOptions, OpenRev, OpenRevs, UpdateOptions};
 use settee_design::DesignError;
 
@@ -83,6 +83,9 @@ pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiR
             } else {
                 get(app, req, &db, &id)
             }
+        }
+        Method::PUT if super::att::is_multipart_related(req) => {
+            super::att::put_multipart(app, req, &db, &id).await
         }
         Method::PUT => {
             let value = req.json_value().await?;
@@ -202,7 +205,20 @@ pub async fn write(
     req: &mut Req,
     db: &Database,
     id: &str,
+    map: Map<String, Value>,
+) -> ApiResult<Response> {
+    write_with_atts(app, req, db, id, map, Vec::new()).await
+}
+
+/// [`write`] of a document whose `follows` attachments are already
+/// stored (`stored`, by name: a multipart body's parts).
+pub async fn write_with_atts(
+    app: &App,
+    req: &mut Req,
+    db: &Database,
+    id: &str,
     mut map: Map<String, Value>,
+    stored: Vec<(String, settee_core::att::AttStub)>,
 ) -> ApiResult<Response> {
     let kind = validate_doc_id(id)?;
     match kind {
@@ -217,9 +233,12 @@ pub async fn write(
     let too_large = too_large(&map);
     map.insert("_id".to_string(), Value::String(id.to_string()));
     let map = crate::auth::users_db_write(req, db, map, new_edits).await?;
-    let doc = Doc::from_json(Value::Object(map), || id.to_string())?;
+    let mut doc = Doc::from_json(Value::Object(map), || id.to_string())?;
     if doc.body.len() as u64 > req.settings.max_document_size {
         return Err(too_large);
+    }
+    if let Some(atts) = doc.atts.as_mut() {
+        super::att::attach_stored(atts, stored, new_edits)?;
     }
     if !new_edits && doc.rev.is_none() {
         return Err(ApiError::bad_request(
@@ -358,6 +377,9 @@ fn get_local(req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
 pub struct ReadOpts {
     pub get: GetOptions,
     pub extras: Extras,
+    /// What is asked of attachments (`extras.atts` is its view for a
+    /// document that has none of the `atts_since` revisions).
+    pub atts: super::att::AttAsk,
 }
 
 /// The options as CouchDB's `parse_doc_query` reads them: a boolean option
@@ -369,6 +391,7 @@ pub fn read_opts(req: &Req) -> ApiResult<ReadOpts> {
     let on = |key| q.get(key) == Some("true");
     let meta = on("meta");
     let rev = q.rev()?;
+    let atts = super::att::att_ask(req)?;
     Ok(ReadOpts {
         get: GetOptions {
             latest: on("latest"),
@@ -380,8 +403,9 @@ pub fn read_opts(req: &Req) -> ApiResult<ReadOpts> {
         },
         extras: Extras {
             local_seq: on("local_seq"),
-            atts: super::att::att_view(req)?,
+            atts: atts.view,
         },
+        atts,
     })
 }
 
@@ -427,9 +451,18 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
             // CouchDB lists the leaves in revision order (pos, then hash).
             results.sort_by(|a, b| open_rev_rev(a).cmp(open_rev_rev(b)));
         }
-        return Ok(open_revs_response(req, &results, opts.extras));
+        let tree = match &opts.atts.since {
+            Some(_) => reader.rev_tree(id)?,
+            None => None,
+        };
+        return open_revs_response(req, db, &results, &opts, tree.as_ref());
     }
     let doc = reader.get(id, &opts.get)?;
+    let mut opts = opts;
+    if opts.atts.since.is_some() {
+        let tree = reader.rev_tree(id)?;
+        opts.extras.atts = opts.atts.view_for(tree.as_ref(), &doc.rev);
+    }
     // CouchDB sends an ETag (and answers If-None-Match) only for a body
     // without meta members.
     let meta = doc.revs_info.is_some()
@@ -475,12 +508,18 @@ fn open_rev_rev(r: &OpenRev) -> &Rev {
     }
 }
 
-/// Appends `{"ok":doc}` or `{"missing":rev}`.
-pub fn push_open_rev(out: &mut String, r: &OpenRev, extras: Extras) {
+/// Appends `{"ok":doc}` or `{"missing":rev}` (attachment bytes, when
+/// `extras` asks for them, read from `db`).
+pub fn push_open_rev(
+    out: &mut String,
+    db: &Database,
+    r: &OpenRev,
+    extras: Extras,
+) -> ApiResult<()> {
     match r {
         OpenRev::Found(d) => {
             out.push_str("{\"ok\":");
-            render::push_doc(out, d, extras);
+            push_doc_atts(out, db, d, extras)?;
             out.push('}');
         }
         OpenRev::Missing(rev) => {
@@ -489,51 +528,67 @@ pub fn push_open_rev(out: &mut String, r: &OpenRev, extras: Extras) {
             out.push('}');
         }
     }
+    Ok(())
 }
 
-fn open_revs_response(req: &Req, results: &[OpenRev], extras: Extras) -> Response {
+/// Renders a document, its attachments' bytes inline when `extras` asks.
+pub fn push_doc_atts(out: &mut String, db: &Database, d: &DocRead, extras: Extras) -> ApiResult<()> {
+    match extras.atts {
+        AttView::Data { .. } => super::att::push_doc_with_data(out, db, d, extras),
+        _ => {
+            render::push_doc(out, d, extras);
+            Ok(())
+        }
+    }
+}
+
+fn open_revs_response(
+    req: &Req,
+    db: &Database,
+    results: &[OpenRev],
+    opts: &ReadOpts,
+    tree: Option<&RevTree>,
+) -> ApiResult<Response> {
+    let extras_of = |r: &OpenRev| Extras {
+        atts: opts.atts.view_for(tree, open_rev_rev(r)),
+        ..opts.extras
+    };
     if req.accepts_json() {
         let mut out = String::from("[");
         for (i, r) in results.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            push_open_rev(&mut out, r, extras);
+            push_open_rev(&mut out, db, r, extras_of(r))?;
         }
         out.push(']');
-        return json_response(StatusCode::OK, out);
+        return Ok(json_response(StatusCode::OK, out));
     }
-    let mut b = [0u8; 16];
-    rand::rng().fill_bytes(&mut b);
-    let boundary = hex::encode(b);
-    let mut out = String::new();
-    for r in results {
-        out.push_str("--");
-        out.push_str(&boundary);
-        match r {
-            OpenRev::Found(d) => {
-                out.push_str("\r\nContent-Type: application/json\r\n\r\n");
-                render::push_doc(&mut out, d, extras);
-            }
-            OpenRev::Missing(rev) => {
-                out.push_str(
-                    "\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{\"missing\":",
-                );
-                push_rev(&mut out, rev);
-                out.push('}');
-            }
-        }
-        out.push_str("\r\n");
-    }
-    out.push_str("--");
-    out.push_str(&boundary);
-    out.push_str("--");
-    let mut resp = json_response(StatusCode::OK, out);
-    if let Ok(v) = HeaderValue::from_str(&format!("multipart/mixed; boundary=\"{boundary}\"")) {
-        resp.headers_mut().insert(header::CONTENT_TYPE, v);
-    }
-    resp
+    // As multipart, attachments always follow (CouchDB's replicator asks
+    // so without `attachments=true`), except those before `atts_since`.
+    let ask = super::att::AttAsk {
+        view: AttView::Data {
+            encoding_info: matches!(
+                opts.atts.view,
+                AttView::EncodingInfo | AttView::Data { encoding_info: true, .. }
+            ),
+            since_pos: 0,
+        },
+        since: opts.atts.since.clone(),
+    };
+    let parts: Vec<(&OpenRev, Extras)> = results
+        .iter()
+        .map(|r| {
+            let extras = Extras {
+                atts: ask.view_for(tree, open_rev_rev(r)),
+                ..opts.extras
+            };
+            (r, extras)
+        })
+        .collect();
+    super::att::multipart_open_revs(db, &parts)
 }
+
 
 async fn delete(
     app: &App,
