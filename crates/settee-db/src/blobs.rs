@@ -203,6 +203,25 @@ impl Blobs {
         }))
     }
 
+    /// An attachment's identity bytes, whole (gzip-decoded when stored
+    /// encoded): for inline base64 renderings, which hold them anyway.
+    pub fn identity_bytes(&self, stub: &att::AttStub) -> Result<Vec<u8>> {
+        let md5 = stub
+            .md5()
+            .ok_or_else(|| Error::Corrupt(format!("attachment digest {}", stub.digest)))?;
+        let reader = self
+            .open(&md5)?
+            .ok_or_else(|| Error::Corrupt(format!("attachment body {} is missing", stub.digest)))?;
+        let stored = reader.read_all()?;
+        if stub.encoding.as_deref() != Some("gzip") {
+            return Ok(stored);
+        }
+        let mut out = Vec::with_capacity(stub.length as usize);
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&stored[..]), &mut out)
+            .map_err(|e| Error::Corrupt(format!("stored attachment does not decode: {e}")))?;
+        Ok(out)
+    }
+
     /// True when a blob with `md5` is stored.
     pub fn contains(&self, md5: &[u8; 16]) -> Result<bool> {
         self.check()?;

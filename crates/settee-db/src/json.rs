@@ -86,6 +86,20 @@ pub enum AttView {
     Data { encoding_info: bool, since_pos: u64 },
 }
 
+impl AttView {
+    /// The view `attachments` and `att_encoding_info` ask for.
+    pub fn from_flags(attachments: bool, encoding_info: bool) -> AttView {
+        match (attachments, encoding_info) {
+            (true, encoding_info) => AttView::Data {
+                encoding_info,
+                since_pos: 0,
+            },
+            (false, true) => AttView::EncodingInfo,
+            (false, false) => AttView::Stubs,
+        }
+    }
+}
+
 /// Reads an attachment's identity bytes for [`AttView::Data`].
 pub type AttBytes<'a> = dyn FnMut(&AttStub) -> Result<Vec<u8>, String> + 'a;
 
@@ -161,6 +175,22 @@ pub fn push_body_members(out: &mut String, body: &str) {
 pub fn push_doc(out: &mut String, d: &DocRead, extras: Extras) {
     // Without a byte source nothing can fail.
     let _ = push_doc_with(out, d, extras, None);
+}
+
+/// [`push_doc`] with attachment bytes, when `extras` asks for them, read
+/// from `blobs` (the document's database's).
+pub fn push_doc_blobs(
+    out: &mut String,
+    d: &DocRead,
+    extras: Extras,
+    blobs: &crate::blobs::Blobs,
+) -> crate::Result<()> {
+    if !matches!(extras.atts, AttView::Data { .. }) {
+        push_doc(out, d, extras);
+        return Ok(());
+    }
+    let mut read = |stub: &AttStub| blobs.identity_bytes(stub).map_err(|e| e.to_string());
+    push_doc_with(out, d, extras, Some(&mut read)).map_err(crate::Error::Corrupt)
 }
 
 /// [`push_doc`] with a source of attachment bytes for [`AttView::Data`].

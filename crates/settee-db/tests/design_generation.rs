@@ -74,6 +74,7 @@ fn design_generation_moves_with_design_documents_only() {
             deleted: true,
             revisions: None,
             body: Body::empty(),
+            atts: None,
         })
         .unwrap();
     moved(&db, "delete");

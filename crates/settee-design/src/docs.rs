@@ -14,12 +14,55 @@
 //! - a changes filter's `doc`: the leaf with a path of that leaf alone.
 
 use serde_json::{Map, Value};
+use settee_core::att::{AttIn, AttKind};
 use settee_core::doc::{revisions_json, Body, Doc};
 use settee_core::rev::Rev;
 use settee_db::DocRead;
 
-/// `newDoc`: an edit as submitted.
-pub fn edit_json(doc: &Doc) -> Value {
+/// `newDoc`: an edit as submitted, its attachments as stubs (those it
+/// keeps described as `old`, the stored revision it edits, has them).
+pub fn edit_json(doc: &Doc, old: Option<&Value>) -> Value {
+    let mut v = edit_json_bare(doc);
+    if let (Some(atts), Value::Object(out)) = (&doc.atts, &mut v) {
+        out.insert("_attachments".into(), att_stubs_json(atts, old));
+    }
+    v
+}
+
+/// The stubs a validation function sees for an edit's attachments.
+fn att_stubs_json(atts: &[AttIn], old: Option<&Value>) -> Value {
+    let mut out = Map::with_capacity(atts.len());
+    for a in atts {
+        let stub = match &a.kind {
+            AttKind::Stub { .. } => old
+                .and_then(|o| o.get("_attachments"))
+                .and_then(|o| o.get(&a.name))
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({"stub": true})),
+            AttKind::Stored(s) => {
+                let mut text = String::new();
+                s.write_json(&mut text, false);
+                serde_json::from_str(&text).unwrap_or(Value::Null)
+            }
+            AttKind::Data {
+                content_type, data, ..
+            } => serde_json::json!({
+                "content_type": content_type, "length": data.len(), "stub": true
+            }),
+            AttKind::Follows {
+                content_type,
+                length,
+                ..
+            } => serde_json::json!({
+                "content_type": content_type, "length": length, "stub": true
+            }),
+        };
+        out.insert(a.name.clone(), stub);
+    }
+    Value::Object(out)
+}
+
+fn edit_json_bare(doc: &Doc) -> Value {
     let single;
     let path: &[Rev] = match (&doc.revisions, &doc.rev) {
         (Some(revs), _) => revs,
@@ -113,9 +156,11 @@ mod tests {
     #[test]
     fn a_new_document_has_no_rev_and_no_revisions() {
         let doc = Doc::from_json(json!({"_id": "d1", "x": 1}), || "g".into()).unwrap();
-        assert_eq!(edit_json(&doc), json!({"_id": "d1", "x": 1}));
+        assert_eq!(edit_json(&doc, None), json!({"_id": "d1", "x": 1}));
         // Member order as CouchDB: _id first.
-        assert!(edit_json(&doc).to_string().starts_with("{\"_id\":\"d1\""));
+        assert!(edit_json(&doc, None)
+            .to_string()
+            .starts_with("{\"_id\":\"d1\""));
     }
 
     #[test]
@@ -125,7 +170,7 @@ mod tests {
             || "g".into(),
         )
         .unwrap();
-        let v = edit_json(&doc);
+        let v = edit_json(&doc, None);
         assert_eq!(
             v.to_string(),
             r#"{"_id":"d2","_rev":"1-0785e9eb543380151003dc452c3a001a","x":2,"_revisions":{"start":1,"ids":["0785e9eb543380151003dc452c3a001a"]}}"#
@@ -140,9 +185,10 @@ mod tests {
             deleted: true,
             revisions: None,
             body: Body::empty(),
+            atts: None,
         };
         assert_eq!(
-            edit_json(&doc).to_string(),
+            edit_json(&doc, None).to_string(),
             r#"{"_id":"d","_rev":"1-abc","_deleted":true,"_revisions":{"start":1,"ids":["abc"]}}"#
         );
     }
@@ -155,7 +201,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            edit_json(&doc)["_revisions"],
+            edit_json(&doc, None)["_revisions"],
             json!({"start": 3, "ids": ["ccc", "bbb", "abc"]})
         );
     }

@@ -162,7 +162,7 @@ impl Validators {
         let Prior::Old(old) = prior else {
             return Ok(());
         };
-        let new = edit_json(doc);
+        let new = edit_json(doc, old.as_ref());
         let user = user_ctx(&self.db, ctx.name.as_deref(), &ctx.roles);
         for func in self.funcs.iter() {
             let ddoc = func

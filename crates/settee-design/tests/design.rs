@@ -112,6 +112,7 @@ fn a_design_document_change_is_seen_by_the_next_write() {
         deleted: true,
         revisions: None,
         body: Body::empty(),
+        atts: None,
     })
     .unwrap();
     assert!(design.validators(&db).unwrap().is_none());
@@ -191,6 +192,7 @@ fn deletions_and_tombstones() {
         deleted: true,
         revisions: None,
         body: Body::empty(),
+        atts: None,
     };
     let v = design.validators(&db).unwrap().unwrap();
     let m = forbidden(block(v.validate(&db, &deletion, true, &admin())));
@@ -524,6 +526,7 @@ fn filters_are_checked_as_couchdb_checks_them() {
         deleted: true,
         revisions: None,
         body: Body::empty(),
+        atts: None,
     })
     .unwrap();
     let reader = db.reader().unwrap();

@@ -160,6 +160,8 @@ pub fn local_parts(mut map: Map<String, Value>) -> ApiResult<(Option<String>, Op
     };
     map.shift_remove("_id");
     map.shift_remove("_revisions");
+    // CouchDB drops attachments of local documents without a word.
+    map.shift_remove("_attachments");
     let deleted = matches!(map.shift_remove("_deleted"), Some(Value::Bool(true)));
     let body = if deleted {
         None

@@ -36,6 +36,10 @@ pub struct ViewArgs {
     pub skip: u64,
     pub include_docs: bool,
     pub conflicts: bool,
+    /// With `include_docs`: attachment bytes inline (`attachments`), and
+    /// their encoding (`att_encoding_info`).
+    pub attachments: bool,
+    pub att_encoding_info: bool,
     pub update_seq: bool,
     /// `Some(false)` when `reduce=false` was asked for.
     pub reduce: Option<bool>,
@@ -61,6 +65,8 @@ impl Default for ViewArgs {
             skip: 0,
             include_docs: false,
             conflicts: false,
+            attachments: false,
+            att_encoding_info: false,
             update_seq: false,
             reduce: None,
             group: None,
@@ -202,9 +208,8 @@ impl ViewArgs {
             "group" => self.group = Some(v.boolean()?),
             "group_level" => self.group_level = Some(v.pos_int()?),
             "sorted" => self.sorted = v.boolean()?,
-            "attachments" | "att_encoding_info" => {
-                v.boolean()?;
-            }
+            "attachments" => self.attachments = v.boolean()?,
+            "att_encoding_info" => self.att_encoding_info = v.boolean()?,
             "stale" => {
                 self.update = match v.text().as_str() {
                     "ok" => Update::False,

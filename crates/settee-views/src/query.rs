@@ -16,7 +16,7 @@
 
 use serde_json::Value;
 use settee_core::rev::Rev;
-use settee_db::json::{push_doc, push_str, push_u64, Extras};
+use settee_db::json::{push_doc_blobs, push_str, push_u64, AttView, Extras};
 use settee_db::{DocRead, GetOptions, IndexSnapshot, Reader};
 use std::cmp::Ordering;
 
@@ -64,6 +64,8 @@ pub struct Query<'a> {
     pub state: &'a IndexState,
     /// For `include_docs`.
     pub docs: &'a Reader,
+    /// For `include_docs` with `attachments`.
+    pub blobs: &'a settee_db::blobs::Blobs,
     pub js: &'a JsEngine,
 }
 
@@ -354,7 +356,15 @@ impl Query<'_> {
             ..GetOptions::default()
         };
         match self.docs.get(&id, &opts) {
-            Ok(d) if !d.deleted => push_doc(buf, &d, Extras::default()),
+            Ok(d) if !d.deleted => {
+                let a = self.args;
+                let atts = AttView::from_flags(a.attachments, a.att_encoding_info);
+                let extras = Extras {
+                    atts,
+                    ..Extras::default()
+                };
+                push_doc_blobs(buf, &d, extras, self.blobs)?
+            }
             Ok(_) | Err(settee_db::Error::NotFound(_)) => buf.push_str("null"),
             Err(e) => return Err(e.into()),
         }

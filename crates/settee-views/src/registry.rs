@@ -199,6 +199,7 @@ impl Views {
         };
         let (index, view_no, snap, state) = self.open(db, ddoc_id, view, first)?;
         let docs = db.reader()?;
+        let blobs = db.blobs();
         let more = std::cell::Cell::new(true);
         let mut tracked = |row: RowValue, doc: Option<DocRead>| {
             more.set(visit(row, doc)?);
@@ -213,6 +214,7 @@ impl Views {
                 snap: &snap,
                 state: &state,
                 docs: &docs,
+                blobs: &blobs,
                 js: &self.js,
             }
             .each_row(&mut tracked)?;
@@ -277,6 +279,7 @@ impl Views {
         out: &mut dyn Out,
     ) -> Result<()> {
         let docs = db.reader()?;
+        let blobs = db.blobs();
         Query {
             index: &index,
             view: view_no,
@@ -284,6 +287,7 @@ impl Views {
             snap,
             state,
             docs: &docs,
+            blobs: &blobs,
             js: &self.js,
         }
         .run(out)?;

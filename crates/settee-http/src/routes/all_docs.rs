@@ -46,12 +46,12 @@ use super::allow;
 use super::changes::push_seq;
 use crate::auth::require_db_reader;
 use crate::error::{ApiError, ApiResult};
-use crate::render::{
-    json_response, push_doc, push_local_doc, push_rev, push_str, push_u64, Extras,
-};
+use crate::render::{json_response, push_local_doc, push_rev, push_str, push_u64, Extras};
 use crate::request::{parse_json_bytes, Req};
 use crate::state::App;
 use crate::stream::{quick_first_response, Attempt, Sink};
+use settee_db::blobs::Blobs;
+use settee_db::json::{push_doc_blobs, AttView};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -258,7 +258,14 @@ fn in_namespace(kind: Kind, key: &Value) -> bool {
 }
 
 /// Writes one query's answer object into `sink`.
-fn run(reader: &Reader, kind: Kind, o: &Opts, c: &Counts, sink: &mut Sink) -> ApiResult<()> {
+fn run(
+    reader: &Reader,
+    blobs: &Blobs,
+    kind: Kind,
+    o: &Opts,
+    c: &Counts,
+    sink: &mut Sink,
+) -> ApiResult<()> {
     let keyed = o.keys.is_some();
     let offset = match (&o.keys, c.total) {
         (None, Some(total)) => offset(reader, kind, o, total)?,
@@ -293,7 +300,10 @@ fn run(reader: &Reader, kind: Kind, o: &Opts, c: &Counts, sink: &mut Sink) -> Ap
         }
         *first = false;
     };
-    let extras = Extras::default();
+    let extras = Extras {
+        atts: AttView::from_flags(o.attachments, o.att_encoding_info),
+        ..Extras::default()
+    };
     if let Some(keys) = &o.keys {
         let skip = usize::try_from(o.skip).unwrap_or(usize::MAX);
         let limit = usize::try_from(o.limit).unwrap_or(usize::MAX);
@@ -315,7 +325,7 @@ fn run(reader: &Reader, kind: Kind, o: &Opts, c: &Counts, sink: &mut Sink) -> Ap
                     .map(|d| push_local_row(out, &d, o.include_docs)),
                 Some(id) => reader
                     .all_docs_key(id, o.include_docs, o.conflicts)?
-                    .map(|row| {
+                    .map(|row| -> ApiResult<()> {
                         push_row_head(out, &row.id);
                         out.push_str(",\"value\":{\"rev\":");
                         push_rev(out, &row.rev);
@@ -328,11 +338,13 @@ fn run(reader: &Reader, kind: Kind, o: &Opts, c: &Counts, sink: &mut Sink) -> Ap
                             out.push('}');
                             if let Some(d) = &row.doc {
                                 out.push_str(",\"doc\":");
-                                push_doc(out, d, extras);
+                                push_doc_blobs(out, d, extras, blobs)?;
                             }
                         }
                         out.push('}');
-                    }),
+                        Ok(())
+                    })
+                    .transpose()?,
             };
             if found.is_none() {
                 out.push_str("{\"key\":");
@@ -353,6 +365,7 @@ fn run(reader: &Reader, kind: Kind, o: &Opts, c: &Counts, sink: &mut Sink) -> Ap
                 alive
             })?;
         } else {
+            let mut failed = None;
             reader.all_docs(&range, o.include_docs, o.conflicts, &mut |row| {
                 sep(&mut sink.buf, &mut first);
                 let out = &mut sink.buf;
@@ -362,12 +375,18 @@ fn run(reader: &Reader, kind: Kind, o: &Opts, c: &Counts, sink: &mut Sink) -> Ap
                 out.push('}');
                 if let Some(d) = &row.doc {
                     out.push_str(",\"doc\":");
-                    push_doc(out, d, extras);
+                    if let Err(e) = push_doc_blobs(out, d, extras, blobs) {
+                        failed = Some(e);
+                        return false;
+                    }
                 }
                 out.push('}');
                 alive = sink.flush_if_full();
                 alive
             })?;
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
         }
         if !alive {
             return Ok(());
@@ -388,12 +407,13 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
     let db = app.db(name)?;
     let opts = request_opts(req).await?;
     let reader = db.reader()?;
+    let blobs = db.blobs();
     quick_first_response(move |sink, attempt| {
         if attempt == Attempt::Quick && !quick(kind, &opts) {
             return Ok(false);
         }
         let c = counts(&reader, kind)?;
-        run(&reader, kind, &opts, &c, sink)?;
+        run(&reader, &blobs, kind, &opts, &c, sink)?;
         Ok(true)
     })
     .await
@@ -461,6 +481,7 @@ pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiRes
         })
         .collect::<ApiResult<_>>()?;
     let reader = db.reader()?;
+    let blobs = db.blobs();
     let out = tokio::task::spawn_blocking(move || -> ApiResult<String> {
         let c = counts(&reader, kind)?;
         let mut sink = Sink::collect();
@@ -469,7 +490,7 @@ pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiRes
             if i > 0 {
                 sink.buf.push(',');
             }
-            run(&reader, kind, o, &c, &mut sink)?;
+            run(&reader, &blobs, kind, o, &c, &mut sink)?;
         }
         sink.buf.push_str("]}");
         Ok(sink.buf)

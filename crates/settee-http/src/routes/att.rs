@@ -91,10 +91,9 @@ pub fn att_ask(req: &Req) -> ApiResult<AttAsk> {
     let q = &req.query;
     let encoding_info = q.get("att_encoding_info") == Some("true");
     let since = match q.get("atts_since") {
-        Some(spec) => Some(parse_since(
-            &serde_json::from_str(spec)
-                .map_err(|_| ApiError::bad_request("atts_since is not a JSON list of revisions"))?,
-        )?),
+        Some(spec) => Some(parse_since(&serde_json::from_str(spec).map_err(|_| {
+            ApiError::bad_request("atts_since is not a JSON list of revisions")
+        })?)?),
         None => None,
     };
     let view = if q.get("attachments") == Some("true") || since.is_some() {
@@ -122,21 +121,6 @@ pub fn accepts_multipart(req: &Req) -> bool {
     }
 }
 
-/// An attachment's identity bytes (gzip-decoded when stored encoded).
-fn identity_bytes(blobs: &Blobs, stub: &AttStub) -> Result<Vec<u8>, String> {
-    let reader = open(blobs, stub).map_err(|e| e.reason.clone())?;
-    let stored = reader.read_all().map_err(|e| e.to_string())?;
-    if stub.encoding.as_deref() == Some("gzip") {
-        let mut out = Vec::with_capacity(stub.length as usize);
-        flate2::read::GzDecoder::new(&stored[..])
-            .read_to_end(&mut out)
-            .map_err(|e| format!("stored attachment does not decode: {e}"))?;
-        Ok(out)
-    } else {
-        Ok(stored)
-    }
-}
-
 fn open(blobs: &Blobs, stub: &AttStub) -> ApiResult<BlobReader> {
     let md5 = stub
         .md5()
@@ -156,10 +140,12 @@ pub fn push_doc_with_data(
     d: &DocRead,
     extras: Extras,
 ) -> ApiResult<()> {
-    let blobs = db.blobs();
-    let mut read = |stub: &AttStub| identity_bytes(&blobs, stub);
-    settee_db::json::push_doc_with(out, d, extras, Some(&mut read))
-        .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e)))
+    Ok(settee_db::json::push_doc_blobs(
+        out,
+        d,
+        extras,
+        &db.blobs(),
+    )?)
 }
 
 /// A piece of a streamed response: bytes, or a stored blob's bytes.
@@ -190,7 +176,10 @@ fn boundary() -> String {
 /// A document's JSON for a multipart body (attachments above the view's
 /// `since_pos` marked `follows`, with their encoding) and the stubs of
 /// those that follow, in order; None when none follows.
-fn related_json(d: &DocRead, extras: Extras) -> ApiResult<Option<(String, Vec<AttStub>, Vec<String>)>> {
+fn related_json(
+    d: &DocRead,
+    extras: Extras,
+) -> ApiResult<Option<(String, Vec<AttStub>, Vec<String>)>> {
     let (encoding_info, since_pos) = match extras.atts {
         AttView::Data {
             encoding_info,
@@ -442,6 +431,8 @@ fn get(req: &Req, db: &Database, id: &str, name: &str) -> ApiResult<Response> {
     set(&mut resp, header::CONTENT_TYPE, &stub.content_type);
     set(&mut resp, header::ETAG, &etag);
     set(&mut resp, header::CACHE_CONTROL, "must-revalidate");
+    // An HTML attachment must not run scripts in the server's origin.
+    set(&mut resp, header::CONTENT_SECURITY_POLICY, "sandbox");
     set(
         &mut resp,
         header::ACCEPT_RANGES,
@@ -466,6 +457,7 @@ fn parse_ranges(spec: &str, len: u64) -> Ranges {
     let Some(list) = spec.trim().strip_prefix("bytes=") else {
         return Ranges::Whole;
     };
+    let last = len.saturating_sub(1);
     let mut out = Vec::new();
     for r in list.split(',') {
         let Some((a, b)) = r.trim().split_once('-') else {
@@ -473,20 +465,18 @@ fn parse_ranges(spec: &str, len: u64) -> Ranges {
         };
         let (a, b) = (a.trim(), b.trim());
         let range = match (a.parse::<u64>(), b.parse::<u64>()) {
-            (Ok(from), Ok(to)) if from <= to => (from, to.min(len.saturating_sub(1))),
-            (Ok(from), Err(_)) if b.is_empty() => (from, len.saturating_sub(1)),
-            (Err(_), Ok(suffix)) if a.is_empty() => {
-                (len.saturating_sub(suffix), len.saturating_sub(1))
-            }
+            // `bytes=0-` is the whole attachment (200, as CouchDB).
+            (Ok(0), Err(_)) if b.is_empty() && list.trim() == r.trim() => return Ranges::Whole,
+            (Ok(from), Ok(to)) if from <= to => (from, to.min(last)),
+            (Ok(_), Ok(_)) => return Ranges::Unsatisfiable,
+            (Ok(from), Err(_)) if b.is_empty() => (from, last),
+            (Err(_), Ok(suffix)) if a.is_empty() => (len.saturating_sub(suffix), last),
             _ => return Ranges::Whole,
         };
         if range.0 >= len {
             return Ranges::Unsatisfiable;
         }
         out.push(range);
-    }
-    if out.len() == 1 && out[0] == (0, len.saturating_sub(1)) {
-        return Ranges::Whole;
     }
     Ranges::Some(out)
 }
@@ -763,6 +753,27 @@ async fn delete(
     write_doc(app, req, db, doc, StatusCode::OK, None).await
 }
 
+/// Refuses (413 `attachment_too_large`, naming it) an inline attachment
+/// longer than `max` bytes (`max_attachment_size`).
+pub fn check_inline_sizes(doc: &Doc, max: u64) -> ApiResult<()> {
+    for a in doc.atts.iter().flatten() {
+        if let AttKind::Data { data, .. } = &a.kind {
+            if data.len() as u64 > max {
+                return Err(too_large(&a.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn too_large(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "attachment_too_large",
+        name.to_string(),
+    )
+}
+
 /// True for a `multipart/related` request body (a document with its
 /// attachments, as CouchDB's replicator sends it).
 pub fn is_multipart_related(req: &Req) -> bool {
@@ -782,12 +793,15 @@ pub fn attach_stored(
 ) -> ApiResult<()> {
     for a in atts.iter_mut() {
         if let AttKind::Follows { revpos, .. } = &a.kind {
-            let i = stored.iter().position(|(n, _)| *n == a.name).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "attachment {} follows, but no part of the body carries it",
-                    a.name
-                ))
-            })?;
+            let i = stored
+                .iter()
+                .position(|(n, _)| *n == a.name)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "attachment {} follows, but no part of the body carries it",
+                        a.name
+                    ))
+                })?;
             let (_, stub) = stored.swap_remove(i);
             let revpos = if new_edits { 0 } else { revpos.unwrap_or(0) };
             a.kind = AttKind::Stored(AttStub { revpos, ..stub });
@@ -801,7 +815,9 @@ async fn next_part<'a>(mp: &mut multer::Multipart<'a>) -> ApiResult<Option<multe
     match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, mp.next_field()).await {
         Err(_) => Err(body_timeout()),
         Ok(Ok(f)) => Ok(f),
-        Ok(Err(e)) => Err(ApiError::bad_request(format!("invalid multipart body: {e}"))),
+        Ok(Err(e)) => Err(ApiError::bad_request(format!(
+            "invalid multipart body: {e}"
+        ))),
     }
 }
 
@@ -809,7 +825,9 @@ async fn next_chunk(field: &mut multer::Field<'_>) -> ApiResult<Option<Bytes>> {
     match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, field.chunk()).await {
         Err(_) => Err(body_timeout()),
         Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(ApiError::bad_request(format!("invalid multipart body: {e}"))),
+        Ok(Err(e)) => Err(ApiError::bad_request(format!(
+            "invalid multipart body: {e}"
+        ))),
     }
 }
 
@@ -835,7 +853,9 @@ pub async fn put_multipart(
     let boundary = multipart_boundary(&ct)
         .ok_or_else(|| ApiError::bad_request("multipart/related needs a boundary"))?;
     let settings = Arc::clone(&req.settings);
-    let body = req.take_body().ok_or_else(|| ApiError::bad_request("no body"))?;
+    let body = req
+        .take_body()
+        .ok_or_else(|| ApiError::bad_request("no body"))?;
     let mut mp = multer::Multipart::new(body.into_data_stream(), boundary);
     // The document.
     let mut first = next_part(&mut mp)
@@ -865,7 +885,10 @@ pub async fn put_multipart(
                         .and_then(serde_json::Value::as_str)
                         .unwrap_or(att::DEFAULT_CONTENT_TYPE)
                         .to_string();
-                    let enc = v.get("encoding").and_then(serde_json::Value::as_str).map(str::to_string);
+                    let enc = v
+                        .get("encoding")
+                        .and_then(serde_json::Value::as_str)
+                        .map(str::to_string);
                     let len = v.get("length").and_then(serde_json::Value::as_u64);
                     (name.clone(), ct, enc, len)
                 })
@@ -888,11 +911,7 @@ pub async fn put_multipart(
         while let Some(c) = next_chunk(&mut part).await? {
             w.write_bytes(&c)?;
             if w.length() > settings.max_attachment_size {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "attachment_too_large",
-                    name,
-                ));
+                return Err(too_large(&name));
             }
         }
         let mut stub = w.finish(ct)?;

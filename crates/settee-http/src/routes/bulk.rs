@@ -312,6 +312,9 @@ fn parse_doc(app: &App, text: &str, max_size: u64) -> ApiResult<Parsed> {
     if doc.id.starts_with("_design/") && !doc.deleted {
         settee_core::design::validate(&doc.body.to_map())?;
     }
+    if doc.atts.is_some() {
+        super::att::check_inline_sizes(&doc, app.config.settings().max_attachment_size)?;
+    }
     Ok(Parsed::Doc(doc))
 }
 

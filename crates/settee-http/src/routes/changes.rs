@@ -72,6 +72,8 @@ use crate::request::{parse_json_bytes, Req};
 use crate::server::NoCompress;
 use crate::state::App;
 use crate::stream::blocking_response;
+use settee_db::blobs::Blobs;
+use settee_db::json::{push_doc_blobs, AttView};
 
 /// Rows examined per blocking scan of a live feed.
 const SCAN_BATCH: u64 = 1000;
@@ -128,6 +130,9 @@ struct Params {
     timeout_ms: u64,
     filter: Filter,
     seq_interval: Option<u64>,
+    /// How `include_docs` shows attachments, and where their bytes are.
+    atts: AttView,
+    blobs: Option<Blobs>,
 }
 
 impl Params {
@@ -437,6 +442,11 @@ async fn parse_params(app: &App, req: &mut Req, db: &Database) -> ApiResult<Para
         timeout_ms,
         filter,
         seq_interval,
+        atts: AttView::from_flags(
+            q.get("attachments") == Some("true"),
+            q.get("att_encoding_info") == Some("true"),
+        ),
+        blobs: Some(db.blobs()),
     })
 }
 
@@ -556,7 +566,16 @@ fn render_row(
             ..GetOptions::default()
         };
         match reader.get(&row.id, &opts) {
-            Ok(d) => push_doc(&mut out, &d, Extras::default()),
+            Ok(d) => {
+                let extras = Extras {
+                    atts: p.atts,
+                    ..Extras::default()
+                };
+                match &p.blobs {
+                    Some(blobs) => push_doc_blobs(&mut out, &d, extras, blobs)?,
+                    None => push_doc(&mut out, &d, extras),
+                }
+            }
             Err(settee_db::Error::NotFound(_)) => out.push_str("null"),
             Err(e) => return Err(e.into()),
         }
@@ -1099,6 +1118,8 @@ mod tests {
             timeout_ms: 0,
             filter: Filter::None,
             seq_interval: Some(2),
+            atts: AttView::Stubs,
+            blobs: None,
         };
         let shown = |p: &Params| (0..5).map(|i| p.shows_seq(i)).collect::<Vec<_>>();
         assert_eq!(shown(&p), [true, false, true, false, true]);

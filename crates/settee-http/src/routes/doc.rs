@@ -239,6 +239,7 @@ pub async fn write_with_atts(
     }
     if let Some(atts) = doc.atts.as_mut() {
         super::att::attach_stored(atts, stored, new_edits)?;
+        super::att::check_inline_sizes(&doc, req.settings.max_attachment_size)?;
     }
     if !new_edits && doc.rev.is_none() {
         return Err(ApiError::bad_request(
@@ -532,7 +533,12 @@ pub fn push_open_rev(
 }
 
 /// Renders a document, its attachments' bytes inline when `extras` asks.
-pub fn push_doc_atts(out: &mut String, db: &Database, d: &DocRead, extras: Extras) -> ApiResult<()> {
+pub fn push_doc_atts(
+    out: &mut String,
+    db: &Database,
+    d: &DocRead,
+    extras: Extras,
+) -> ApiResult<()> {
     match extras.atts {
         AttView::Data { .. } => super::att::push_doc_with_data(out, db, d, extras),
         _ => {
@@ -570,7 +576,11 @@ fn open_revs_response(
         view: AttView::Data {
             encoding_info: matches!(
                 opts.atts.view,
-                AttView::EncodingInfo | AttView::Data { encoding_info: true, .. }
+                AttView::EncodingInfo
+                    | AttView::Data {
+                        encoding_info: true,
+                        ..
+                    }
             ),
             since_pos: 0,
         },
@@ -588,7 +598,6 @@ fn open_revs_response(
         .collect();
     super::att::multipart_open_revs(db, &parts)
 }
-
 
 async fn delete(
     app: &App,

@@ -124,6 +124,12 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             view::queries(app, req, db, ddoc, view).await
         }
         [db, "_design", ddoc, "_info"] => view::info(app, req, db, ddoc).await,
+        [db, "_local", _, _, ..] => {
+            app.db(db)?;
+            Err(ApiError::bad_request(
+                "_local documents do not accept attachments.",
+            ))
+        }
         [db, "_local", rest @ ..] if !rest.is_empty() => {
             doc::handle(app, req, db, format!("_local/{}", rest.join("/"))).await
         }
