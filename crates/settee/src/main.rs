@@ -92,6 +92,11 @@ struct ServeArgs {
     /// document skips the storage engine (0: off).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=65536))]
     doc_cache_mb: u64,
+    /// Seconds compaction keeps an attachment body that no document names
+    /// yet (an upload that just finished is named by the document write
+    /// that follows it; one whose process died is dropped after this).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=86_400 * 30))]
+    blob_grace_s: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
@@ -141,6 +146,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             ..RocksOptions::default()
         },
         doc_cache_bytes: args.doc_cache_mb << 20,
+        blob_grace_ms: args.blob_grace_s * 1000,
         ..EngineOptions::default()
     };
     let engine =
