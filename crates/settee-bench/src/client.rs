@@ -1,7 +1,8 @@
 //! The HTTP load client: one keep-alive HTTP/1.1 connection per simulated
 //! client (hyper's connection-level API, so "N clients" is exactly N
 //! sockets), `TCP_NODELAY`, bodies handed over as pre-encoded `Bytes`
-//! (no copy), the response body collected whole.
+//! (no copy, not streamed), the response body collected whole. A body is
+//! sent as `application/json` unless the request names a `content-type`.
 //!
 //! A [`Target`] is a parsed `http://user:pass@host:port/prefix` URL; the
 //! credentials become one precomputed `Authorization` header. Only plain
@@ -203,7 +204,11 @@ impl Conn {
         if let Some(a) = &target.auth {
             b = b.header(AUTHORIZATION, a.clone());
         }
-        if !body.is_empty() {
+        // JSON unless the caller names a type (an attachment's).
+        let typed = headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+        if !body.is_empty() && !typed {
             b = b.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
         for (k, v) in headers {

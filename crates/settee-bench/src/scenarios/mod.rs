@@ -24,6 +24,7 @@ use crate::progress::Progress;
 use crate::stats::Summary;
 
 pub mod all_docs_paging;
+pub mod attachments;
 pub mod batch_ok;
 pub mod benchbulk;
 pub mod bulk_docs;
@@ -54,7 +55,8 @@ pub type RunFn = fn(Arc<Ctx>) -> BoxFuture<'static, Result<Vec<Outcome>, BenchEr
 #[derive(Clone, Copy)]
 pub struct ScenarioDef {
     pub name: &'static str,
-    /// chapter, concurrency, copy, views, ycsb, embedded, fault.
+    /// chapter, concurrency, copy, views, mango, attachments, ycsb,
+    /// embedded, fault.
     pub group: &'static str,
     pub about: &'static str,
     pub scope: Scope,
@@ -81,6 +83,7 @@ pub fn all() -> Vec<ScenarioDef> {
     v.push(all_docs_paging::DEF);
     v.extend(views::DEFS);
     v.extend(mango::DEFS);
+    v.extend(attachments::DEFS);
     v.push(copy::DEF);
     v.push(copy_tools::DEF);
     v.extend(ycsb::DEFS);
@@ -373,6 +376,11 @@ mod tests {
         assert_eq!(ycsb.len(), 6);
         let one = select(&["benchbulk".to_string()]).unwrap();
         assert_eq!(one.len(), 1);
+        let att = select(&["attachments".to_string()]).unwrap();
+        assert_eq!(
+            att.iter().map(|d| d.name).collect::<Vec<_>>(),
+            ["att_small", "att_large"]
+        );
         let copy = select(&["copy".to_string()]).unwrap();
         assert_eq!(copy.iter().map(|d| d.name).collect::<Vec<_>>(), ["copy"]);
         assert!(select(&["nope".to_string()]).is_err());

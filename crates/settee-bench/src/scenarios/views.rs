@@ -179,13 +179,13 @@ impl View {
 /// Operations timed one at a time (a build, a catch-up) with untimed work
 /// between them: the run's wall and client CPU time are the sum of theirs.
 #[derive(Debug, Default)]
-struct Timed {
+pub(super) struct Timed {
     samples: Vec<Sample>,
     measured: Measured,
 }
 
 impl Timed {
-    async fn time<T>(
+    pub(super) async fn time<T>(
         &mut self,
         items: u64,
         op: impl Future<Output = Result<T, BenchError>>,
@@ -204,7 +204,7 @@ impl Timed {
         Ok(out)
     }
 
-    fn run(self) -> Run {
+    pub(super) fn run(self) -> Run {
         Run {
             samples: self.samples,
             measured: self.measured,

@@ -173,13 +173,17 @@ fn boundary() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// A document's part of a multipart body: its JSON and the attachments
+/// that follow it, in order.
+struct Related {
+    json: String,
+    follows: Vec<(String, AttStub)>,
+}
+
 /// A document's JSON for a multipart body (attachments above the view's
 /// `since_pos` marked `follows`, with their encoding) and the stubs of
 /// those that follow, in order; None when none follows.
-fn related_json(
-    d: &DocRead,
-    extras: Extras,
-) -> ApiResult<Option<(String, Vec<AttStub>, Vec<String>)>> {
+fn related_json(d: &DocRead, extras: Extras) -> ApiResult<Option<Related>> {
     let (encoding_info, since_pos) = match extras.atts {
         AttView::Data {
             encoding_info,
@@ -200,7 +204,7 @@ fn related_json(
     let mut json = settee_db::json::doc_string(&bare, extras);
     json.pop();
     json.push_str(",\"_attachments\":{");
-    let (mut follows, mut names) = (Vec::new(), Vec::new());
+    let mut follows = Vec::new();
     for (i, (name, stub)) in stubs.into_iter().enumerate() {
         if i > 0 {
             json.push(',');
@@ -214,31 +218,24 @@ fn related_json(
             json.push_str(",\"follows\":true");
             stub.write_encoding(&mut json);
             json.push('}');
-            follows.push(stub);
-            names.push(name);
+            follows.push((name, stub));
         } else {
             stub.write_json(&mut json, encoding_info);
         }
     }
     json.push_str("}}");
-    Ok(Some((json, follows, names)))
+    Ok(Some(Related { json, follows }))
 }
 
 /// The parts of a `multipart/related` body with boundary `b`: the JSON,
 /// then each attachment that follows (its stored bytes), then the close.
-fn related_pieces(
-    db: &Database,
-    b: &str,
-    json: &str,
-    follows: &[AttStub],
-    names: &[String],
-    pieces: &mut Vec<Piece>,
-) -> ApiResult<()> {
+fn related_pieces(db: &Database, b: &str, r: &Related, pieces: &mut Vec<Piece>) -> ApiResult<()> {
+    let json = &r.json;
     let blobs = db.blobs();
     pieces.push(Piece::Bytes(Bytes::from(format!(
         "--{b}\r\nContent-Type: application/json\r\n\r\n{json}"
     ))));
-    for (stub, name) in follows.iter().zip(names) {
+    for (name, stub) in &r.follows {
         let mut head = format!("\r\n--{b}\r\nContent-Disposition: attachment; filename=");
         push_str(&mut head, name);
         head.push_str(&format!(
@@ -265,14 +262,14 @@ fn streamed(pieces: Vec<Piece>, content_type: &str) -> Response {
 
 /// A document as `multipart/related` (JSON when no attachment follows).
 pub fn multipart_doc(db: &Database, d: &DocRead, extras: Extras) -> ApiResult<Response> {
-    let Some((json, follows, names)) = related_json(d, extras)? else {
+    let Some(related) = related_json(d, extras)? else {
         let mut out = String::new();
         push_doc_with_data(&mut out, db, d, extras)?;
         return Ok(json_response(StatusCode::OK, out));
     };
     let b = boundary();
     let mut pieces = Vec::new();
-    related_pieces(db, &b, &json, &follows, &names, &mut pieces)?;
+    related_pieces(db, &b, &related, &mut pieces)?;
     Ok(streamed(
         pieces,
         &format!("multipart/related; boundary=\"{b}\""),
@@ -291,12 +288,12 @@ pub fn multipart_open_revs(
     for (r, extras) in results {
         match r {
             settee_db::OpenRev::Found(d) => match related_json(d, *extras)? {
-                Some((json, follows, names)) => {
+                Some(related) => {
                     let inner = boundary();
                     pieces.push(Piece::Bytes(Bytes::from(format!(
                         "--{outer}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n"
                     ))));
-                    related_pieces(db, &inner, &json, &follows, &names, &mut pieces)?;
+                    related_pieces(db, &inner, &related, &mut pieces)?;
                     pieces.push(Piece::Bytes(Bytes::from_static(b"\r\n")));
                 }
                 None => {
