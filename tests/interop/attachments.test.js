@@ -246,6 +246,25 @@ describe('attachments through PouchDB', () => {
       assert.equal(bin.encoded_length, undefined, JSON.stringify(bin));
     });
 
+    test('an attachment stored as is is served as is, even to a client accepting gzip', async () => {
+      // PouchDB in Node (node-fetch) sends `Accept-Encoding: gzip,deflate`
+      // with every getAttachment. CouchDB sends a binary attachment's bytes
+      // unencoded, with Content-Length and Accept-Ranges: bytes.
+      const r = await rawNode('GET', attPath(db, 'bin', 'data.bin'), { 'Accept-Encoding': 'gzip,deflate' });
+      assert.equal(r.status, 200);
+      const summary = JSON.stringify({
+        'content-encoding': r.headers['content-encoding'],
+        'content-length': r.headers['content-length'],
+        'transfer-encoding': r.headers['transfer-encoding'],
+        'accept-ranges': r.headers['accept-ranges'],
+        bodyBytes: r.body.length,
+      });
+      assert.equal(r.headers['content-encoding'], undefined, `re-encoded: ${summary}`);
+      assert.equal(r.headers['content-length'], String(BIN.length), summary);
+      assert.equal(r.headers['accept-ranges'], 'bytes', summary);
+      assertBytes(r.body, BIN, 'body');
+    });
+
     test('HEAD of an attachment', async () => {
       const r = await raw('HEAD', attPath(db, 'bin', 'data.bin'));
       assert.equal(r.status, 200);

@@ -180,15 +180,6 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
         _ => {}
     }
     o.set_block_based_table_factory(&table);
-    if ks == Keyspace::Blobs {
-        // Attachment chunks are large values written once: RocksDB's blob
-        // files keep them out of the LSM tree, so compactions move only
-        // their small references (and blob garbage collection reclaims
-        // the files of deleted chunks).
-        o.set_enable_blob_files(true);
-        o.set_min_blob_size(2048);
-        o.set_enable_blob_gc(true);
-    }
     // No memtable bloom filter: setting a bit of it on every insert is a
     // cache miss, and that cost more than it saved the writer's lookups of
     // new ids, even with random ids (bench/RESULTS.md, session 6).
@@ -199,6 +190,24 @@ fn cf_options(ks: Keyspace, opts: &RocksOptions, cache: &Cache) -> Options {
     // levels, where most data lives, are LZ4-compressed.
     use DBCompressionType::{Lz4, None as Plain};
     o.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
+    if ks == Keyspace::Blobs {
+        // Attachment chunks are large values written once: RocksDB's blob
+        // files keep them out of the LSM tree, so compactions move only
+        // their small references (and blob garbage collection reclaims
+        // the files of deleted chunks).
+        o.set_enable_blob_files(true);
+        o.set_min_blob_size(2048);
+        o.set_blob_file_size(64 << 20);
+        // Every blob file is considered when compacting (the default only
+        // looks at the oldest quarter), so the space of attachments that
+        // garbage collection deleted comes back with `_compact`.
+        o.set_enable_blob_gc(true);
+        o.set_blob_gc_age_cutoff(1.0);
+        // A small memtable: an upload streams through memory, so this
+        // bounds what a large one holds there (two tables of 8 MiB).
+        o.set_write_buffer_size(8 << 20);
+        o.set_max_write_buffer_number(2);
+    }
     o
 }
 

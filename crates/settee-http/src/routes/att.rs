@@ -35,6 +35,7 @@ use crate::auth::{require_db_admin, require_db_reader, require_db_writer};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_str};
 use crate::request::{parse_rev, Req};
+use crate::server::NoCompress;
 use crate::state::App;
 
 /// What a read asks of attachments: `attachments`, `att_encoding_info`
@@ -257,6 +258,8 @@ fn related_pieces(db: &Database, b: &str, r: &Related, pieces: &mut Vec<Piece>) 
 fn streamed(pieces: Vec<Piece>, content_type: &str) -> Response {
     let mut resp = Response::new(stream_pieces(pieces));
     set(&mut resp, header::CONTENT_TYPE, content_type);
+    // Attachment bytes go out as stored (compressible ones already are).
+    resp.extensions_mut().insert(NoCompress);
     resp
 }
 
@@ -425,6 +428,8 @@ fn get(req: &Req, db: &Database, id: &str, name: &str) -> ApiResult<Response> {
         };
     let mut resp = Response::new(if head { HttpBody::empty() } else { body });
     *resp.status_mut() = status;
+    // Served as stored, as CouchDB: never re-encoded on the way out.
+    resp.extensions_mut().insert(NoCompress);
     set(&mut resp, header::CONTENT_TYPE, &stub.content_type);
     set(&mut resp, header::ETAG, &etag);
     set(&mut resp, header::CACHE_CONTROL, "must-revalidate");
@@ -515,6 +520,7 @@ fn multi_range(reader: BlobReader, ranges: &[(u64, u64)], ctype: &str, head: boo
         HttpBody::from_stream(stream::iter(body))
     });
     *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    resp.extensions_mut().insert(NoCompress);
     set(
         &mut resp,
         header::CONTENT_TYPE,
