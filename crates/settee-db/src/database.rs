@@ -854,6 +854,10 @@ impl Database {
             }
             true
         })?;
+        // No snapshot may outlive this point: storage compaction keeps
+        // whatever a live snapshot can still see (deleted attachment
+        // chunks included).
+        drop(reader);
         if let Some(e) = failure {
             return Err(e);
         }

@@ -191,3 +191,56 @@ fn base64_of(b: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(b)
 }
+
+/// Bytes of RocksDB blob files under `dir`.
+fn blob_file_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                blob_file_bytes(&p)
+            } else if p.extension().is_some_and(|x| x == "blob") {
+                e.metadata().map_or(0, |m| m.len())
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn compaction_gives_back_the_space_of_deleted_attachments_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = EngineOptions {
+        blob_grace_ms: 0,
+        ..EngineOptions::default()
+    };
+    let e = Engine::open(dir.path(), opts).unwrap();
+    let db = e.create_db("a").unwrap();
+    let mut x = 1u64;
+    let bytes: Vec<u8> = (0..6_000_000)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect();
+    let rev = db
+        .put(doc(
+            json!({"_id": "d", "_attachments": {"f": {"data": base64_of(&bytes)}}}),
+        ))
+        .unwrap();
+    db.compact_now().unwrap();
+    let before = blob_file_bytes(dir.path());
+    assert!(before > 5_000_000, "{before}");
+    db.put(doc(
+        json!({"_id": "d", "_rev": rev.to_string(), "_deleted": true}),
+    ))
+    .unwrap();
+    db.compact_now().unwrap();
+    let after = blob_file_bytes(dir.path());
+    assert!(after < 1_000_000, "blob files {before} → {after} bytes");
+}

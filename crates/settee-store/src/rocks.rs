@@ -433,7 +433,17 @@ impl Store for RocksStore {
     }
 
     fn compact_range(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> Result<()> {
-        self.db.compact_range_cf(self.cf(ks), Some(from), Some(to));
+        if ks == Keyspace::Blobs {
+            // The bottommost level too (RocksDB skips it by default): that
+            // is where deleted attachment chunks' references end up, and
+            // their blob files go only once no table references them.
+            let mut o = rocksdb::CompactOptions::default();
+            o.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+            self.db
+                .compact_range_cf_opt(self.cf(ks), Some(from), Some(to), &o);
+        } else {
+            self.db.compact_range_cf(self.cf(ks), Some(from), Some(to));
+        }
         Ok(())
     }
 

@@ -20,16 +20,14 @@
 //! size nor the blob files move.
 //!
 //! Garbage collection keeps unnamed blobs for a grace period (600 s by
-//! default). If `settee serve --help` lists an option whose name contains
-//! `grace`, the servers here start with it set to 0; otherwise the tests
-//! that need garbage collected within their run fail and say so.
+//! default); the servers here start with `--blob-grace-s 0`.
 
 mod common;
 
 use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -348,42 +346,10 @@ fn show(label: &str, s: &Server, db: &str) -> Disk {
 // ---------------------------------------------------------------------------
 // Servers.
 
-/// The serve option that sets the blob grace period, if the binary has one.
-fn grace_flag() -> Option<String> {
-    static FLAG: OnceLock<Option<String>> = OnceLock::new();
-    FLAG.get_or_init(|| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
-            .args(["serve", "--help"])
-            .output()
-            .expect("settee serve --help");
-        let help = String::from_utf8_lossy(&out.stdout).to_string();
-        let flag = help
-            .split_whitespace()
-            .map(|w| w.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
-            .find(|w| w.starts_with("--") && w.contains("grace"))
-            .map(str::to_string);
-        eprintln!("[grace] blob grace option of `settee serve`: {flag:?}");
-        flag
-    })
-    .clone()
-}
-
-/// Starts a server on `dir` with a blob grace period of 0 when the binary
-/// has an option for it.
+/// Starts a server on `dir` with a blob grace period of 0 (`--blob-grace-s`),
+/// so compaction may collect what nothing names at once.
 fn start(dir: &Path) -> Server {
-    match grace_flag() {
-        Some(f) => Server::start_in(dir, &[f.as_str(), "0"]),
-        None => Server::start_in(dir, &[]),
-    }
-}
-
-fn no_grace_note() -> &'static str {
-    if grace_flag().is_some() {
-        "(grace period set to 0)"
-    } else {
-        "(`settee serve` has no option for EngineOptions::blob_grace_ms: unnamed blobs and \
-         orphaned chunks stay 600 s, longer than this test)"
-    }
+    Server::start_in(dir, &["--blob-grace-s", "0"])
 }
 
 // ---------------------------------------------------------------------------
@@ -574,9 +540,8 @@ fn sigkill_mid_upload_leaves_documents_unchanged_and_no_chunks_after_compaction(
     let after = show("after the restart and compaction", &s, "crash");
     let leaked = after.blob as i128 - baseline.blob as i128;
     eprintln!(
-        "[leak] blob files after compaction minus before the uploads: {} {}",
+        "[leak] blob files after compaction minus before the uploads: {}",
         mib_i(leaked),
-        no_grace_note()
     );
     // a.bin is still readable after compaction.
     let (status, body) = get_bytes(&s, "/crash/keep/a.bin");
@@ -604,9 +569,8 @@ fn sigkill_mid_upload_leaves_documents_unchanged_and_no_chunks_after_compaction(
 
     assert!(
         leaked < MIB as i128,
-        "{} of blob files remain after compaction from the killed uploads {}",
+        "{} of blob files remain after compaction from the killed uploads",
         mib_i(leaked),
-        no_grace_note()
     );
 }
 
@@ -702,9 +666,8 @@ fn compaction_reclaims_deleted_attachments_and_keeps_shared_ones() {
     let after = show("a and c deleted, compacted", &s, "gc");
     let freed = before.blob as i128 - after.blob as i128;
     eprintln!(
-        "[gc] deleting a and c and compacting freed {} of blob files {}",
+        "[gc] deleting a and c and compacting freed {} of blob files",
         mib_i(freed),
-        no_grace_note()
     );
 
     // b keeps the shared content.
@@ -719,9 +682,8 @@ fn compaction_reclaims_deleted_attachments_and_keeps_shared_ones() {
     // c's content (named by nobody) is reclaimed, b's is not.
     assert!(
         freed >= (LEN - LEN / 10) as i128,
-        "deleting the only document naming 5 MiB and compacting freed {} of blob files {}",
+        "deleting the only document naming 5 MiB and compacting freed {} of blob files",
         mib_i(freed),
-        no_grace_note()
     );
     assert!(
         after.blob >= LEN - LEN / 10,
