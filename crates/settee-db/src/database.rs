@@ -865,6 +865,14 @@ impl Database {
             self.compact_chunk(chunk)?;
         }
         self.collect_blobs()?;
+        // A reader that took its snapshot before the deletions above (a
+        // `GET /db` polling for the end of this compaction) would keep the
+        // deleted chunks alive through the storage compaction: wait for
+        // such readers, a while. Those still reading after it only delay
+        // the reclaiming to the next compaction.
+        self.shared
+            .store
+            .await_older_snapshots(Duration::from_secs(10));
         let (lo, hi) = keys::db_range(self.shared.db);
         for ks in Keyspace::ALL {
             self.shared

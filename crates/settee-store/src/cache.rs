@@ -261,6 +261,10 @@ impl Store for CachedStore {
         self.inner.compact_range(ks, from, to)
     }
 
+    fn await_older_snapshots(&self, timeout: std::time::Duration) -> bool {
+        self.inner.await_older_snapshots(timeout)
+    }
+
     fn flush_memory(&self) -> Result<()> {
         self.inner.flush_memory()
     }

@@ -92,6 +92,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.compact_range(ks, from, to)
     }
 
+    fn await_older_snapshots(&self, timeout: std::time::Duration) -> bool {
+        self.inner.await_older_snapshots(timeout)
+    }
+
     fn flush_memory(&self) -> Result<()> {
         self.inner.flush_memory()
     }

@@ -20,6 +20,7 @@ use rocksdb::{
     ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions, DB,
 };
 
+use crate::leftovers;
 use crate::preformat::{self, Preformat};
 use crate::{Batch, Keyspace, Op, Prepared, Result, ScanFn, Snapshot, Store, StoreError};
 
@@ -109,7 +110,9 @@ impl RocksStore {
             preformat::CF,
             Options::default(),
         ));
+        let unfinished = leftovers::find(path);
         let db = Arc::new(DB::open_cf_descriptors(&db_opts, path, cfs).map_err(io)?);
+        leftovers::remove_untouched(&unfinished);
         let names = Keyspace::ALL
             .iter()
             .map(|ks| ks.name().to_string())
@@ -445,6 +448,28 @@ impl Store for RocksStore {
             self.db.compact_range_cf(self.cf(ks), Some(from), Some(to));
         }
         Ok(())
+    }
+
+    fn await_older_snapshots(&self, timeout: std::time::Duration) -> bool {
+        // A snapshot's sequence is the latest one when it was taken: those
+        // below `now` were taken before this call.
+        let now = self.db.latest_sequence_number();
+        let start = std::time::Instant::now();
+        loop {
+            let oldest = self
+                .db
+                .property_int_value("rocksdb.oldest-snapshot-sequence")
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            if oldest == 0 || oldest >= now {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     fn flush_memory(&self) -> Result<()> {
