@@ -89,7 +89,9 @@ pub type SharedCompression = Arc<RwLock<AttCompression>>;
 
 enum Sink {
     Plain(BlobWriter),
-    Gzip(GzEncoder<BlobWriter>),
+    /// With the MD5 of the identity bytes (a plain blob's own MD5 is
+    /// theirs).
+    Gzip(GzEncoder<BlobWriter>, Md5),
 }
 
 /// An attachment being stored: identity bytes in, stored (possibly
@@ -97,7 +99,6 @@ enum Sink {
 pub struct AttWriter {
     sink: Sink,
     length: u64,
-    identity_md5: Md5,
 }
 
 impl AttWriter {
@@ -111,22 +112,21 @@ impl AttWriter {
                 GzBuilder::new()
                     .operating_system(3)
                     .write(w, Compression::new(level)),
+                Md5::new(),
             ),
             None => Sink::Plain(w),
         };
-        Ok(AttWriter {
-            sink,
-            length: 0,
-            identity_md5: Md5::new(),
-        })
+        Ok(AttWriter { sink, length: 0 })
     }
 
     pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         self.length += bytes.len() as u64;
-        self.identity_md5.update(bytes);
         match &mut self.sink {
             Sink::Plain(w) => w.write_bytes(bytes),
-            Sink::Gzip(g) => g.write_all(bytes).map_err(io_error),
+            Sink::Gzip(g, md5) => {
+                md5.update(bytes);
+                g.write_all(bytes).map_err(io_error)
+            }
         }
     }
 
@@ -137,14 +137,17 @@ impl AttWriter {
 
     /// MD5 of the identity bytes written (checked against `Content-MD5`).
     pub fn identity_md5(&self) -> [u8; 16] {
-        self.identity_md5.clone().finalize().into()
+        match &self.sink {
+            Sink::Plain(w) => w.md5(),
+            Sink::Gzip(_, md5) => md5.clone().finalize().into(),
+        }
     }
 
     /// Finishes the blob; the stub's `revpos` is 0 (the update assigns it).
     pub fn finish(self, content_type: String) -> Result<AttStub> {
         let (written, encoded) = match self.sink {
             Sink::Plain(w) => (w.finish()?, false),
-            Sink::Gzip(g) => (g.finish().map_err(io_error)?.finish()?, true),
+            Sink::Gzip(g, _) => (g.finish().map_err(io_error)?.finish()?, true),
         };
         Ok(AttStub {
             content_type,
@@ -166,6 +169,39 @@ fn io_error(e: std::io::Error) -> Error {
 }
 
 impl Database {
+    /// [`Database::store_attachments`] for async callers: on the runtime's
+    /// blocking pool when some document carries bytes (storage writes may
+    /// wait behind another request's fsync; a runtime thread serves many
+    /// connections), inline otherwise or outside a Tokio runtime.
+    pub(crate) async fn store_attachments_async(
+        &self,
+        mut docs: Vec<Doc>,
+        new_edits: bool,
+    ) -> Result<Vec<Doc>> {
+        let carries_bytes = docs.iter().any(|d| {
+            d.atts
+                .iter()
+                .flatten()
+                .any(|a| matches!(a.kind, AttKind::Data { .. }))
+        });
+        let runtime = tokio::runtime::Handle::try_current();
+        match runtime {
+            Ok(rt) if carries_bytes => {
+                let db = self.clone();
+                rt.spawn_blocking(move || {
+                    db.store_attachments(&mut docs, new_edits)?;
+                    Ok(docs)
+                })
+                .await
+                .map_err(|_| Error::Closed)?
+            }
+            _ => {
+                self.store_attachments(&mut docs, new_edits)?;
+                Ok(docs)
+            }
+        }
+    }
+
     /// Stores the bytes of every inline attachment of `docs` and makes it
     /// a stored stub (see the module doc). Attachments whose bytes follow
     /// in a multipart body must have been stored by the caller.

@@ -11,7 +11,8 @@
 //! - Bodies are streamed: a [`BlobWriter`] holds at most one chunk, a
 //!   [`BlobReader`] reads one chunk at a time, so memory does not grow with
 //!   an attachment's size.
-//! - Chunks are written before their header, and a header before any
+//! - Chunks are written before their header (a blob of one chunk in the
+//!   header's own write), and a header before any
 //!   revision that names its digest (the document write comes later in the
 //!   same write-ahead log, so it is never durable without them). A blob
 //!   whose upload stopped has chunks and no header: nothing can name it,
@@ -268,6 +269,11 @@ impl BlobWriter {
         self.len
     }
 
+    /// MD5 of the bytes written so far.
+    pub fn md5(&self) -> [u8; 16] {
+        self.md5.clone().finalize().into()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -292,7 +298,12 @@ impl BlobWriter {
     /// Stores the last chunk and the header (or finds the same content
     /// already stored and drops this copy).
     pub fn finish(mut self) -> Result<Written> {
-        self.flush_chunk()?;
+        // A blob of one chunk goes in the header's write (one storage write
+        // for a small attachment; none of its bytes if it is stored already).
+        let single = self.chunks == 0;
+        if !single {
+            self.flush_chunk()?;
+        }
         let md5: [u8; 16] = std::mem::take(&mut self.md5).finalize().into();
         let sha256: [u8; 32] = std::mem::take(&mut self.sha).finalize().into();
         let shared = Arc::clone(&self.blobs.shared);
@@ -313,19 +324,30 @@ impl BlobWriter {
             Some(h) => {
                 // Stored once: this copy goes, the stored one is refreshed
                 // (see the grace period in the module doc).
-                let (from, to) = chunk_range(shared.db, &self.id);
-                batch.delete_range(Keyspace::Blobs, from, to);
+                if !single {
+                    let (from, to) = chunk_range(shared.db, &self.id);
+                    batch.delete_range(Keyspace::Blobs, from, to);
+                }
                 Header {
                     written_us: now_us(),
                     ..h
                 }
             }
-            None => Header {
-                id: self.id,
-                len: self.len,
-                sha256,
-                written_us: now_us(),
-            },
+            None => {
+                if single && !self.buf.is_empty() {
+                    batch.put(
+                        Keyspace::Blobs,
+                        chunk_key(shared.db, &self.id, 0),
+                        &self.buf,
+                    );
+                }
+                Header {
+                    id: self.id,
+                    len: self.len,
+                    sha256,
+                    written_us: now_us(),
+                }
+            }
         };
         batch.put(Keyspace::Blobs, key, records::encode(&header));
         self.blobs.write(&batch)?;

@@ -485,6 +485,7 @@ impl Database {
         docs: Vec<Doc>,
         opts: UpdateOptions,
     ) -> Result<Vec<DocResult>> {
+        let docs = self.store_attachments_async(docs, opts.new_edits).await?;
         let mut pending = Vec::new();
         for (req, rx) in self.update_requests(docs, opts)? {
             self.send_async(req).await?;
@@ -536,10 +537,10 @@ impl Database {
         let mut pending = Vec::new();
         let (mut count, mut ended) = (0usize, false);
         while let Some(chunk) = next() {
-            let (mut docs, last) = chunk?;
+            let (docs, last) = chunk?;
             count += docs.len();
             self.check_update_size(count)?;
-            self.store_attachments(&mut docs, opts.new_edits)?;
+            let docs = self.store_attachments_async(docs, opts.new_edits).await?;
             let (req, rx) = chunk_request(docs, &opts, durability, last);
             self.send_async(req).await?;
             pending.extend(rx);

@@ -30,6 +30,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod stream;
+pub mod upload;
 pub mod uuids;
 
 use axum::extract::{Request, State};

@@ -299,55 +299,28 @@ impl Req {
         self.abandoned = false;
     }
 
-    /// Streams the body to `sink` a frame at a time (never buffering it
-    /// whole), refusing more than `limit` bytes with `too_large` (also
-    /// when `Content-Length` declares more). Each frame must arrive within
-    /// [`BODY_READ_TIMEOUT`]. Returns the bytes read.
-    pub async fn stream_body(
+    /// The body a frame at a time (never buffered whole), refusing more
+    /// than `limit` bytes with `too_large` (also when `Content-Length`
+    /// declares more). Each frame must arrive within [`BODY_READ_TIMEOUT`].
+    /// The connection is reused only if [`Req::body_finished`] is called
+    /// after the last frame.
+    pub fn body_frames<F: Fn() -> ApiError>(
         &mut self,
         limit: u64,
-        too_large: impl Fn() -> ApiError,
-        mut sink: impl FnMut(&[u8]) -> ApiResult<()>,
-    ) -> ApiResult<u64> {
+        too_large: F,
+    ) -> ApiResult<BodyFrames<F>> {
         let declared = self
             .header(header::CONTENT_LENGTH)
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit) {
             return Err(too_large());
         }
-        let Some(mut body) = self.body.get_mut().take() else {
-            return Ok(0);
-        };
-        let mut total = 0u64;
-        // Until the end is read, the connection cannot be reused.
-        self.abandoned = true;
-        loop {
-            let frame = match tokio::time::timeout(BODY_READ_TIMEOUT, body.frame()).await {
-                Err(_) => {
-                    return Err(ApiError::new(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "request_timeout",
-                        "timed out reading the request body",
-                    ))
-                }
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(ApiError::bad_request(format!(
-                        "cannot read request body: {e}"
-                    )))
-                }
-                Ok(Some(Ok(f))) => f,
-            };
-            if let Ok(data) = frame.into_data() {
-                total += data.len() as u64;
-                if total > limit {
-                    return Err(too_large());
-                }
-                sink(&data)?;
-            }
-        }
-        self.abandoned = false;
-        Ok(total)
+        Ok(BodyFrames {
+            body: self.take_body(),
+            total: 0,
+            limit,
+            too_large,
+        })
     }
 
     /// The body parsed as JSON (any content type).
@@ -406,6 +379,48 @@ impl Req {
     pub fn accepts_json(&self) -> bool {
         self.header(header::ACCEPT)
             .is_some_and(|a| a.contains("application/json"))
+    }
+}
+
+/// A request body read a frame at a time ([`Req::body_frames`]).
+pub struct BodyFrames<F> {
+    body: Option<HttpBody>,
+    total: u64,
+    limit: u64,
+    too_large: F,
+}
+
+impl<F: Fn() -> ApiError> BodyFrames<F> {
+    /// The next frame's bytes; None at the end.
+    pub async fn next(&mut self) -> ApiResult<Option<Bytes>> {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            let frame = match tokio::time::timeout(BODY_READ_TIMEOUT, body.frame()).await {
+                Err(_) => {
+                    return Err(ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "request_timeout",
+                        "timed out reading the request body",
+                    ))
+                }
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => {
+                    return Err(ApiError::bad_request(format!(
+                        "cannot read request body: {e}"
+                    )))
+                }
+                Ok(Some(Ok(f))) => f,
+            };
+            if let Ok(data) = frame.into_data() {
+                self.total += data.len() as u64;
+                if self.total > self.limit {
+                    return Err((self.too_large)());
+                }
+                return Ok(Some(data));
+            }
+        }
     }
 }
 

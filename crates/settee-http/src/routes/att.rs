@@ -37,6 +37,7 @@ use crate::render::{json_response, push_str};
 use crate::request::{parse_rev, Req};
 use crate::server::NoCompress;
 use crate::state::App;
+use crate::upload::Upload;
 
 /// What a read asks of attachments: `attachments`, `att_encoding_info`
 /// and `atts_since` (the revisions the client has).
@@ -675,13 +676,9 @@ async fn put(
     // The edited revision is checked before the body is read.
     let (rest, stubs) = parent(db, &id, rev.as_ref())?;
     let settings = Arc::clone(&req.settings);
-    let limit = settings.max_attachment_size.min(
-        settings
-            .max_http_request_size
-            .max(settings.max_attachment_size),
-    );
+    let limit = settings.max_attachment_size;
     let level = settings.att_compression.level_for(&content_type);
-    let mut w = AttWriter::new(&db.blobs(), level)?;
+    let mut up = Upload::start(AttWriter::new(&db.blobs(), level)?);
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -689,9 +686,12 @@ async fn put(
             name.clone(),
         )
     };
-    req.stream_body(limit, too_large, |bytes| Ok(w.write_bytes(bytes)?))
-        .await?;
-    let stub = w.finish(content_type)?;
+    let mut body = req.body_frames(limit, too_large)?;
+    while let Some(bytes) = body.next().await? {
+        up.write(bytes).await?;
+    }
+    req.body_finished();
+    let stub = up.finish(content_type).await?;
     let mut atts = vec![AttIn {
         name: name.clone(),
         kind: AttKind::Stored(stub),
@@ -910,14 +910,14 @@ pub async fn put_multipart(
             Some(_) => None,
             None => settings.att_compression.level_for(&ct),
         };
-        let mut w = AttWriter::new(&db.blobs(), level)?;
+        let mut up = Upload::start(AttWriter::new(&db.blobs(), level)?);
         while let Some(c) = next_chunk(&mut part).await? {
-            w.write_bytes(&c)?;
-            if w.length() > settings.max_attachment_size {
+            up.write(c).await?;
+            if up.length() > settings.max_attachment_size {
                 return Err(too_large(&name));
             }
         }
-        let mut stub = w.finish(ct)?;
+        let mut stub = up.finish(ct).await?;
         if let Some(enc) = encoding {
             stub.encoded_length = Some(stub.length);
             stub.length = length.unwrap_or(stub.length);
