@@ -223,10 +223,18 @@ pub enum AttKind {
         encoding: Option<String>,
         encoded_length: Option<u64>,
     },
-    /// Bytes already in the database's blob store (a stub whose `revpos`
-    /// is 0 is given the new revision's position).
-    Stored(AttStub),
+    /// Bytes in the database's blob store (a stub whose `revpos` is 0 is
+    /// given the new revision's position), or about to be: the writes that
+    /// store them go with the document's own write.
+    Stored(AttStub, BlobWrites),
 }
+
+/// Blob-store writes that must land in the same atomic write as the
+/// revision naming the blob (a small attachment's bytes and header), as
+/// the blob store's own key/value pairs; empty when the blob is stored
+/// already. Only the document layer reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlobWrites(pub Vec<(Vec<u8>, Vec<u8>)>);
 
 fn invalid_data(name: &str) -> DocError {
     DocError::BadRequest(format!("Invalid attachment data for {name}"))

@@ -4,8 +4,11 @@
 //!
 //! Invariants:
 //! - By the time an update reaches the writer, every attachment it names
-//!   is a stub or already stored (`AttKind::Stored`): the writer never
-//!   writes attachment bytes, it only writes stubs into the body.
+//!   is a stub or stored (`AttKind::Stored`): stored already, or, for a
+//!   blob of one chunk, with the writes that store it (`BlobWrites`), which
+//!   the writer puts in the same batch as the revision naming it (so a
+//!   small attachment costs no storage write of its own, and a refused
+//!   revision stores nothing). The writer writes stubs into the body.
 //! - A new revision's stored body begins with its stubs (see
 //!   `settee_core::att`): stubs sent as `stub: true` are the parent's
 //!   attachments of that name (a `revpos` given with one must match), new
@@ -22,7 +25,7 @@ use flate2::write::GzEncoder;
 use flate2::{Compression, GzBuilder};
 use md5::{Digest as _, Md5};
 use parking_lot::RwLock;
-use settee_core::att::{self, AttKind, AttStub};
+use settee_core::att::{self, AttKind, AttStub, BlobWrites};
 use settee_core::doc::{Body, Doc, DocError};
 use settee_core::rev::Rev;
 use settee_store::StoreError;
@@ -143,20 +146,23 @@ impl AttWriter {
         }
     }
 
-    /// Finishes the blob; the stub's `revpos` is 0 (the update assigns it).
-    pub fn finish(self, content_type: String) -> Result<AttStub> {
-        let (written, encoded) = match self.sink {
-            Sink::Plain(w) => (w.finish()?, false),
-            Sink::Gzip(g, _) => (g.finish().map_err(io_error)?.finish()?, true),
+    /// Finishes the blob: the stub (its `revpos` is 0: the update assigns
+    /// it), and the writes the document write must carry (see
+    /// [`crate::blobs::BlobWriter::finish_deferred`]).
+    pub fn finish(self, content_type: String) -> Result<(AttStub, BlobWrites)> {
+        let ((written, writes), encoded) = match self.sink {
+            Sink::Plain(w) => (w.finish_deferred()?, false),
+            Sink::Gzip(g, _) => (g.finish().map_err(io_error)?.finish_deferred()?, true),
         };
-        Ok(AttStub {
+        let stub = AttStub {
             content_type,
             revpos: 0,
             digest: written.digest(),
             length: self.length,
             encoding: encoded.then(|| "gzip".to_string()),
             encoded_length: encoded.then_some(written.len),
-        })
+        };
+        Ok((stub, writes))
     }
 }
 
@@ -213,7 +219,7 @@ impl Database {
             };
             for a in atts.iter_mut() {
                 let stored = match &a.kind {
-                    AttKind::Stub { .. } | AttKind::Stored(_) => continue,
+                    AttKind::Stub { .. } | AttKind::Stored(..) => continue,
                     AttKind::Follows { .. } => {
                         return Err(Error::BadRequest(format!(
                             "attachment {} follows, but no multipart body carries it",
@@ -230,27 +236,26 @@ impl Database {
                         let revpos = if new_edits { 0 } else { revpos.unwrap_or(0) };
                         if let Some(enc) = encoding {
                             // Already encoded (a replicator's copy): stored as is.
-                            let written = blobs.put(data)?;
-                            AttStub {
+                            let (written, writes) = blobs.put_deferred(data)?;
+                            let stub = AttStub {
                                 content_type: content_type.clone(),
                                 revpos,
                                 digest: written.digest(),
                                 length: length.unwrap_or(written.len),
                                 encoding: Some(enc.clone()),
                                 encoded_length: Some(written.len),
-                            }
+                            };
+                            (stub, writes)
                         } else {
                             let level = self.shared.att_compression.read().level_for(content_type);
                             let mut w = AttWriter::new(&blobs, level)?;
                             w.write_bytes(data)?;
-                            AttStub {
-                                revpos,
-                                ..w.finish(content_type.clone())?
-                            }
+                            let (stub, writes) = w.finish(content_type.clone())?;
+                            (AttStub { revpos, ..stub }, writes)
                         }
                     }
                 };
-                a.kind = AttKind::Stored(stored);
+                a.kind = AttKind::Stored(stored.0, stored.1);
             }
         }
         Ok(())
@@ -290,7 +295,7 @@ pub(crate) fn resolve(
                     .cloned()
                     .ok_or_else(|| missing_stub(&doc.id, &a.name))?
             }
-            AttKind::Stored(s) => AttStub {
+            AttKind::Stored(s, _) => AttStub {
                 revpos: if s.revpos == 0 { pos } else { s.revpos },
                 ..s.clone()
             },

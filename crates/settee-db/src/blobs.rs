@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use md5::{Digest as _, Md5};
 use serde::{Deserialize, Serialize};
-use settee_core::att;
+use settee_core::att::{self, BlobWrites};
 use settee_store::{Batch, Keyspace, Snapshot};
 use sha2::Sha256;
 
@@ -65,10 +65,29 @@ struct Header {
     written_us: u64,
 }
 
-/// Uploads running in a database: their blob ids.
+/// Uploads running in a database (their blob ids), and blobs finished
+/// with their writes left to the document write that names them (their
+/// MD5s, and when: see [`BlobWriter::finish_deferred`]).
 #[derive(Default)]
 pub(crate) struct BlobLock {
     active: HashSet<[u8; 16]>,
+    pending: std::collections::HashMap<[u8; 16], u64>,
+}
+
+/// The header stored under `key`, read at the latest state.
+fn stored_header(shared: &Shared, key: &[u8]) -> Result<Option<Header>> {
+    shared
+        .poison
+        .guard(shared.store.get(Keyspace::Blobs, key))?
+        .map(|b| records::decode::<Header>(&b, "blob header"))
+        .transpose()
+}
+
+fn md5_collision() -> Error {
+    Error::BadRequest(
+        "attachment refused: its MD5 digest equals a stored attachment's with different content"
+            .into(),
+    )
 }
 
 fn now_us() -> u64 {
@@ -180,11 +199,19 @@ impl Blobs {
         })
     }
 
-    /// Stores `bytes` as one blob.
+    /// Stores `bytes` as one blob, whatever its size.
     pub fn put(&self, bytes: &[u8]) -> Result<Written> {
         let mut w = self.writer()?;
         w.write_bytes(bytes)?;
         w.finish()
+    }
+
+    /// Stores `bytes` as one blob; a blob of one chunk is left to the
+    /// document write (see [`BlobWriter::finish_deferred`]).
+    pub fn put_deferred(&self, bytes: &[u8]) -> Result<(Written, BlobWrites)> {
+        let mut w = self.writer()?;
+        w.write_bytes(bytes)?;
+        w.finish_deferred()
     }
 
     /// A reader of the blob with `md5`, on a snapshot taken now.
@@ -309,18 +336,10 @@ impl BlobWriter {
         let shared = Arc::clone(&self.blobs.shared);
         let key = header_key(shared.db, &md5);
         let mut lock = shared.blob_lock.lock();
-        let existing = shared
-            .poison
-            .guard(shared.store.get(Keyspace::Blobs, &key))?
-            .map(|b| records::decode::<Header>(&b, "blob header"))
-            .transpose()?;
+        let existing = stored_header(&shared, &key)?;
         let mut batch = Batch::new();
         let header = match existing {
-            Some(h) if h.sha256 != sha256 => {
-                return Err(Error::BadRequest(
-                    "attachment refused: its MD5 digest equals a stored attachment's with different content".into(),
-                ));
-            }
+            Some(h) if h.sha256 != sha256 => return Err(md5_collision()),
             Some(h) => {
                 // Stored once: this copy goes, the stored one is refreshed
                 // (see the grace period in the module doc).
@@ -356,6 +375,62 @@ impl BlobWriter {
         self.finished = true;
         Ok(Written { md5, len: self.len })
     }
+}
+
+impl BlobWriter {
+    /// Finishes the upload; a blob of one chunk is not written here: its
+    /// chunk and header are returned, for the document write that names
+    /// it to carry in the same atomic write (one storage write, one fsync,
+    /// per small attachment). Nothing is returned when the same content is
+    /// stored already. Until that document write, garbage collection keeps
+    /// the blob's header for the grace period (the MD5 is noted in memory
+    /// instead of refreshing the header on disk). Larger blobs are stored
+    /// by [`BlobWriter::finish`].
+    pub fn finish_deferred(mut self) -> Result<(Written, BlobWrites)> {
+        if self.chunks > 0 {
+            return Ok((self.finish()?, BlobWrites::default()));
+        }
+        let md5: [u8; 16] = std::mem::take(&mut self.md5).finalize().into();
+        let sha256: [u8; 32] = std::mem::take(&mut self.sha).finalize().into();
+        let shared = Arc::clone(&self.blobs.shared);
+        let key = header_key(shared.db, &md5);
+        let mut lock = shared.blob_lock.lock();
+        let existing = stored_header(&shared, &key)?;
+        let mut writes = Vec::new();
+        match existing {
+            Some(h) if h.sha256 != sha256 => return Err(md5_collision()),
+            Some(_) => {}
+            None => {
+                if !self.buf.is_empty() {
+                    writes.push((
+                        chunk_key(shared.db, &self.id, 0),
+                        std::mem::take(&mut self.buf),
+                    ));
+                }
+                let header = Header {
+                    id: self.id,
+                    len: self.len,
+                    sha256,
+                    written_us: now_us(),
+                };
+                writes.push((key, records::encode(&header)));
+            }
+        }
+        lock.pending.insert(md5, now_us());
+        lock.active.remove(&self.id);
+        drop(lock);
+        self.finished = true;
+        Ok((Written { md5, len: self.len }, BlobWrites(writes)))
+    }
+}
+
+/// True when `writes` (from [`BlobWriter::finish_deferred`]) are keys of
+/// database `db`'s blob store.
+pub(crate) fn writes_belong_to(db: u64, writes: &BlobWrites) -> bool {
+    writes
+        .0
+        .iter()
+        .all(|(k, _)| k.len() > 9 && k[..8] == db.to_be_bytes() && matches!(k[8], HEADER | CHUNKS))
 }
 
 impl io::Write for BlobWriter {
@@ -489,19 +564,21 @@ pub(crate) fn collect_garbage(
     }
     let mut out = Collected::default();
     let mut kept: HashSet<[u8; 16]> = HashSet::new();
+    shared.blob_lock.lock().pending.retain(|_, at| *at > cutoff);
     for (md5, h) in headers {
         if named.contains(&md5) {
             kept.insert(h.id);
             continue;
         }
         let lock = shared.blob_lock.lock();
+        if lock.pending.contains_key(&md5) {
+            // About to be named by a document write.
+            kept.insert(h.id);
+            continue;
+        }
         // The latest header: an upload may have refreshed it since.
         let key = header_key(db, &md5);
-        let latest = shared
-            .poison
-            .guard(shared.store.get(Keyspace::Blobs, &key))?
-            .map(|b| records::decode::<Header>(&b, "blob header"))
-            .transpose()?;
+        let latest = stored_header(shared, &key)?;
         match latest {
             Some(l) if l.written_us <= cutoff => {
                 let mut batch = Batch::new();

@@ -75,6 +75,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rustc_hash::FxHashMap;
+use settee_core::att::AttKind;
 use settee_core::doc::{next_local_rev, Body, Doc, DocError};
 use settee_core::name::{DESIGN_PREFIX, LOCAL_PREFIX};
 use settee_core::rev::Rev;
@@ -889,7 +890,17 @@ impl<'a> Ctx<'a> {
         // it or its successor back.
         let mut old = self.records.get_mut(&doc.id).and_then(Option::take);
         let mut doc = doc;
-        if doc.atts.is_some() {
+        if let Some(atts) = &doc.atts {
+            let foreign = atts.iter().any(|a| match &a.kind {
+                AttKind::Stored(_, w) => !crate::blobs::writes_belong_to(self.db, w),
+                _ => false,
+            });
+            if foreign {
+                self.put_back(&doc.id, old.take());
+                return Err(DocFailure::Bad(DocError::BadRequest(
+                    "attachment writes for another database".into(),
+                )));
+            }
             match self.resolve_attachments(&doc, old.as_ref(), new_edits) {
                 Ok(Some(body)) => doc.body = body,
                 Ok(None) => {}
@@ -912,7 +923,16 @@ impl<'a> Ctx<'a> {
                 return Err(f);
             }
         };
-        let Doc { id, body, .. } = doc;
+        let Doc { id, body, atts, .. } = doc;
+        // Small attachments' bytes go in the same write as the revision
+        // that names them (see `crate::atts`).
+        for a in atts.into_iter().flatten() {
+            if let AttKind::Stored(_, writes) = a.kind {
+                for (k, v) in writes.0 {
+                    self.batch.put(Keyspace::Blobs, k, v);
+                }
+            }
+        }
         for n in stemmed.iter().filter(|n| n.has_body) {
             self.batch
                 .delete(Keyspace::Bodies, keys::body(self.db, &id, &n.rev));

@@ -244,3 +244,36 @@ fn compaction_gives_back_the_space_of_deleted_attachments_on_disk() {
     let after = blob_file_bytes(dir.path());
     assert!(after < 1_000_000, "blob files {before} → {after} bytes");
 }
+
+#[test]
+fn a_small_attachment_is_stored_with_its_revision_or_not_at_all() {
+    let (e, store) = engine(600_000);
+    let db = e.create_db("w").unwrap();
+    let r1 = db
+        .put(doc(json!({"_id": "d", "_attachments": {
+            "a.bin": {"content_type": "application/octet-stream", "data": base64_of(b"first")}}})))
+        .unwrap();
+    assert_eq!(bytes_of(&db, &stubs(&db, "d")[0].1), b"first");
+    // Header and chunk, written by the revision's own write.
+    assert_eq!(blob_keys(&store), 2);
+    // A refused revision (a conflict: the first revision is not the
+    // parent given) stores nothing of its attachment.
+    db.put(doc(json!({"_id": "d", "_rev": r1.to_string(), "v": 2})))
+        .unwrap();
+    let err = db
+        .put(doc(
+            json!({"_id": "d", "_rev": r1.to_string(), "_attachments": {
+            "b.bin": {"content_type": "application/octet-stream", "data": base64_of(b"refused")}}}),
+        ))
+        .unwrap_err();
+    assert!(matches!(err, Error::Doc(DocFailure::Conflict)), "{err:?}");
+    let refused: [u8; 16] =
+        md5::Digest::finalize(<md5::Md5 as md5::Digest>::new_with_prefix(b"refused")).into();
+    assert!(!db.blobs().contains(&refused).unwrap());
+    assert_eq!(blob_keys(&store), 2);
+    // The same content attached again adds no blob.
+    db.put(doc(json!({"_id": "e", "_attachments": {
+        "a.bin": {"content_type": "application/octet-stream", "data": base64_of(b"first")}}})))
+        .unwrap();
+    assert_eq!(blob_keys(&store), 2);
+}

@@ -39,7 +39,7 @@ fn att_stubs_json(atts: &[AttIn], old: Option<&Value>) -> Value {
                 .and_then(|o| o.get(&a.name))
                 .cloned()
                 .unwrap_or_else(|| serde_json::json!({"stub": true})),
-            AttKind::Stored(s) => {
+            AttKind::Stored(s, _) => {
                 let mut text = String::new();
                 s.write_json(&mut text, false);
                 serde_json::from_str(&text).unwrap_or(Value::Null)

@@ -15,7 +15,7 @@
 //!   drops its writer unfinished, which deletes what it wrote.
 
 use bytes::Bytes;
-use settee_core::att::AttStub;
+use settee_core::att::{AttStub, BlobWrites};
 use settee_db::atts::AttWriter;
 use tokio::sync::{mpsc, oneshot};
 
@@ -32,7 +32,7 @@ enum Msg {
 /// An attachment being stored by a blocking task (see the module doc).
 pub struct Upload {
     tx: mpsc::Sender<Msg>,
-    done: oneshot::Receiver<settee_db::Result<AttStub>>,
+    done: oneshot::Receiver<settee_db::Result<(AttStub, BlobWrites)>>,
     length: u64,
 }
 
@@ -79,8 +79,9 @@ impl Upload {
         self.length
     }
 
-    /// Ends the upload: the stored attachment's stub.
-    pub async fn finish(mut self, content_type: String) -> ApiResult<AttStub> {
+    /// Ends the upload: the stored attachment's stub, and the writes the
+    /// document write naming it must carry (a small attachment's bytes).
+    pub async fn finish(mut self, content_type: String) -> ApiResult<(AttStub, BlobWrites)> {
         if self.tx.send(Msg::End(content_type)).await.is_err() {
             return Err(self.failure().await);
         }

@@ -21,7 +21,7 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use settee_core::att::{self, AttIn, AttKind, AttStub};
+use settee_core::att::{self, AttIn, AttKind, AttStub, BlobWrites};
 use settee_core::doc::{Body, Doc};
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
@@ -691,10 +691,10 @@ async fn put(
         up.write(bytes).await?;
     }
     req.body_finished();
-    let stub = up.finish(content_type).await?;
+    let (stub, writes) = up.finish(content_type).await?;
     let mut atts = vec![AttIn {
         name: name.clone(),
-        kind: AttKind::Stored(stub),
+        kind: AttKind::Stored(stub, writes),
     }];
     atts.extend(
         stubs
@@ -791,23 +791,23 @@ pub fn is_multipart_related(req: &Req) -> bool {
 /// stub of its stored part (by name).
 pub fn attach_stored(
     atts: &mut [AttIn],
-    mut stored: Vec<(String, AttStub)>,
+    mut stored: Vec<(String, AttStub, BlobWrites)>,
     new_edits: bool,
 ) -> ApiResult<()> {
     for a in atts.iter_mut() {
         if let AttKind::Follows { revpos, .. } = &a.kind {
             let i = stored
                 .iter()
-                .position(|(n, _)| *n == a.name)
+                .position(|(n, _, _)| *n == a.name)
                 .ok_or_else(|| {
                     ApiError::bad_request(format!(
                         "attachment {} follows, but no part of the body carries it",
                         a.name
                     ))
                 })?;
-            let (_, stub) = stored.swap_remove(i);
+            let (_, stub, writes) = stored.swap_remove(i);
             let revpos = if new_edits { 0 } else { revpos.unwrap_or(0) };
-            a.kind = AttKind::Stored(AttStub { revpos, ..stub });
+            a.kind = AttKind::Stored(AttStub { revpos, ..stub }, writes);
         }
     }
     Ok(())
@@ -917,13 +917,13 @@ pub async fn put_multipart(
                 return Err(too_large(&name));
             }
         }
-        let mut stub = up.finish(ct).await?;
+        let (mut stub, writes) = up.finish(ct).await?;
         if let Some(enc) = encoding {
             stub.encoded_length = Some(stub.length);
             stub.length = length.unwrap_or(stub.length);
             stub.encoding = Some(enc);
         }
-        stored.push((name, stub));
+        stored.push((name, stub, writes));
     }
     while next_part(&mut mp).await?.is_some() {}
     drop(mp);

@@ -218,7 +218,11 @@ pub async fn write_with_atts(
     db: &Database,
     id: &str,
     mut map: Map<String, Value>,
-    stored: Vec<(String, settee_core::att::AttStub)>,
+    stored: Vec<(
+        String,
+        settee_core::att::AttStub,
+        settee_core::att::BlobWrites,
+    )>,
 ) -> ApiResult<Response> {
     let kind = validate_doc_id(id)?;
     match kind {
@@ -695,7 +699,7 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
             .into_iter()
             .map(|(name, stub)| AttIn {
                 name,
-                kind: AttKind::Stored(stub),
+                kind: AttKind::Stored(stub, Default::default()),
             })
             .collect()
     });
