@@ -11,24 +11,29 @@
 //! - Bodies are streamed: a [`BlobWriter`] holds at most one chunk, a
 //!   [`BlobReader`] reads one chunk at a time, so memory does not grow with
 //!   an attachment's size.
-//! - Chunks are written before their header (a blob of one chunk in the
-//!   header's own write), and a header before any
-//!   revision that names its digest (the document write comes later in the
-//!   same write-ahead log, so it is never durable without them). A blob
-//!   whose upload stopped has chunks and no header: nothing can name it,
-//!   and garbage collection drops it.
+//! - Chunks are written before their header, and a header no later than
+//!   the revision that names its digest: a blob of several chunks is
+//!   written by its upload before the document write (later in the same
+//!   write-ahead log, so that write is never durable without it); a blob
+//!   of one chunk ([`BlobWriter::finish_deferred`]) has its chunk and
+//!   header put in the document write's own batch. A blob whose upload
+//!   stopped has chunks and no header: nothing can name it, and garbage
+//!   collection drops it.
 //! - Stored once: a finished upload whose MD5 already has a header (with
 //!   the same SHA-256; a different one is refused, never merged) drops its
 //!   own chunks and uses the stored blob.
-//! - Blob writes bypass the database's writer: they never change a key a
+//! - Uploads write outside the database's writer, and never a key a
 //!   document write changes (chunk keys are new random ids; headers are
 //!   only written under the blob lock, which garbage collection holds
-//!   while it deletes).
+//!   while it deletes). A writer batch carries a one-chunk blob's keys only
+//!   (see `crate::atts`); if two such batches carry the same content, the
+//!   later header wins and the other's chunk is an orphan.
 //! - Garbage collection ([`collect_garbage`], run by compaction) deletes a
 //!   blob only when no stored revision names its digest, no upload of it is
-//!   running, and its header was last written longer ago than the grace
-//!   period (an upload finished just now may be about to be named by the
-//!   document write that follows it).
+//!   running, it is not noted as pending a document write, and its header
+//!   was last written (or its digest noted pending) longer ago than the
+//!   grace period (an upload finished just now may be about to be named by
+//!   the document write that follows it).
 
 use std::collections::HashSet;
 use std::io;

@@ -86,12 +86,23 @@ impl DocRecord {
             .map(|(_, b)| b.as_str())
     }
 
-    /// Body bytes of the winning revision (for `sizes.external`).
+    /// Body bytes of the winning revision and the lengths of its
+    /// attachments, as sent (for `sizes.external`, which counts
+    /// attachments as CouchDB's does).
     pub fn winner_bytes(&self) -> u64 {
         self.tree
             .winner_node()
             .and_then(|w| self.inline_body(&w.rev))
-            .map_or(0, |b| b.len() as u64)
+            .map_or(0, |b| {
+                let atts: u64 = if settee_core::att::has_stored(b) {
+                    settee_core::att::stored_stubs(b)
+                        .map(|stubs| stubs.iter().map(|(_, s)| s.length).sum())
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                b.len() as u64 + atts
+            })
     }
 }
 

@@ -277,3 +277,22 @@ fn a_small_attachment_is_stored_with_its_revision_or_not_at_all() {
         .unwrap();
     assert_eq!(blob_keys(&store), 2);
 }
+
+#[test]
+fn external_size_counts_attachment_lengths() {
+    let (e, _) = engine(600_000);
+    let db = e.create_db("s").unwrap();
+    let r1 = db.put(doc(json!({"_id": "d", "x": 1}))).unwrap();
+    let plain = db.info().unwrap().sizes.external;
+    let data = vec![7u8; 5000];
+    db.put(doc(
+        json!({"_id": "d", "_rev": r1.to_string(), "x": 1, "_attachments": {
+        "a.bin": {"content_type": "application/octet-stream", "data": base64_of(&data)}}}),
+    ))
+    .unwrap();
+    let with = db.info().unwrap().sizes.external;
+    // The body grows by its stub too; the attachment counts its length.
+    assert!(with >= plain + 5000, "{plain} then {with}");
+    assert!(with < plain + 5000 + 300, "{plain} then {with}");
+    assert!(db.info().unwrap().sizes.active >= with);
+}

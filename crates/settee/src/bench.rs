@@ -19,8 +19,8 @@ pub struct BenchArgs {
     /// ratios are relative to --url.
     #[arg(long = "vs")]
     vs: Vec<String>,
-    /// Scenarios or groups (chapter, concurrency, copy, views, ycsb, embedded,
-    /// fault); default all. See --list.
+    /// Scenarios or groups (chapter, concurrency, copy, views, mango,
+    /// attachments, ycsb, embedded, fault); default all. See --list.
     scenarios: Vec<String>,
     /// Shrink every scenario (counts and durations): a smoke run.
     #[arg(long)]

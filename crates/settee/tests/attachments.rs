@@ -1,6 +1,6 @@
 //! Attachments end to end, against the real binary over HTTP:
 //!
-//! - streaming: a 256 MiB attachment goes up (chunked, generated on the
+//! - streaming: a 1 GiB attachment goes up (chunked, generated on the
 //!   fly) and comes back down (MD5 computed incrementally) while the
 //!   server's resident memory stays within 64 MiB of where it started;
 //! - a SIGKILL in the middle of uploads leaves the documents as they were,
@@ -398,8 +398,8 @@ fn start(dir: &Path) -> Server {
 // 1. Streaming memory bound.
 
 #[test]
-fn streaming_256_mib_upload_and_download_stay_within_64_mib_rss() {
-    const LEN: u64 = 256 * MIB;
+fn streaming_1_gib_upload_and_download_stay_within_64_mib_rss() {
+    const LEN: u64 = 1024 * MIB;
     const SEED: u64 = 0x5EED_0001;
     const BOUND: u64 = 64 * MIB;
     let tmp = tempfile::tempdir().unwrap();
