@@ -89,6 +89,12 @@ impl Engine {
         }
     }
 
+    /// Bytes the storage holds in memory now, by part (block cache,
+    /// write buffers, table readers, document cache).
+    pub fn memory(&self) -> Vec<(&'static str, u64)> {
+        self.inner.store.memory()
+    }
+
     /// Which attachments are stored gzip-encoded from now on (every
     /// database's; CouchDB's `[attachments]` settings).
     pub fn set_att_compression(&self, c: crate::atts::AttCompression) {

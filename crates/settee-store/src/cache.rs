@@ -276,6 +276,12 @@ impl Store for CachedStore {
     fn disk_size(&self) -> u64 {
         self.inner.disk_size()
     }
+
+    fn memory(&self) -> Vec<(&'static str, u64)> {
+        let mut parts = self.inner.memory();
+        parts.push(("doc_cache", self.cached_bytes()));
+        parts
+    }
 }
 
 #[cfg(test)]

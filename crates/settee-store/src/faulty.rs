@@ -111,6 +111,10 @@ impl<S: Store> Store for FaultyStore<S> {
     fn disk_size(&self) -> u64 {
         self.inner.disk_size()
     }
+
+    fn memory(&self) -> Vec<(&'static str, u64)> {
+        self.inner.memory()
+    }
 }
 
 #[cfg(test)]

@@ -360,6 +360,11 @@ pub trait Store: Send + Sync {
     fn approximate_size(&self, ks: Keyspace, from: &[u8], to: &[u8]) -> u64;
     /// Bytes on disk used by the whole store.
     fn disk_size(&self) -> u64;
+    /// Bytes the store holds in memory now, by part (caches, write
+    /// buffers); empty where it does not tell.
+    fn memory(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

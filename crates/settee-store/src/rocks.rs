@@ -510,6 +510,30 @@ impl Store for RocksStore {
     fn disk_size(&self) -> u64 {
         dir_size(&self.path)
     }
+
+    fn memory(&self) -> Vec<(&'static str, u64)> {
+        let db_prop = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        let cf_sum = |name: &str| -> u64 {
+            Keyspace::ALL
+                .iter()
+                .map(|ks| {
+                    self.db
+                        .property_int_value_cf(self.cf(*ks), name)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0)
+                })
+                .sum()
+        };
+        vec![
+            ("block_cache", db_prop("rocksdb.block-cache-usage")),
+            ("memtables", cf_sum("rocksdb.cur-size-all-mem-tables")),
+            (
+                "table_readers",
+                cf_sum("rocksdb.estimate-table-readers-mem"),
+            ),
+        ]
+    }
 }
 
 fn dir_size(path: &Path) -> u64 {

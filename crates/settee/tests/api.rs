@@ -82,6 +82,14 @@ fn server_endpoints() {
             .unwrap()
             > 0
     );
+    // `_system`: the process's resident memory and storage's parts.
+    let sys = s.admin("GET", "/_node/_local/_system", None).json();
+    let rss = sys["memory"]["rss"].as_u64().unwrap();
+    assert!(rss > (1 << 20), "{sys}");
+    for part in ["block_cache", "memtables", "table_readers", "doc_cache"] {
+        let bytes = sys["memory"][part].as_u64();
+        assert!(bytes.is_some_and(|b| b < rss), "{part}: {sys}");
+    }
     assert_eq!(
         s.admin("GET", "/_node/_local", None).json()["name"],
         "settee@127.0.0.1"

@@ -378,13 +378,36 @@ pub async fn node(app: &App, req: &mut Req, node: &str, rest: &[&str]) -> ApiRes
         ["_system"] => {
             allow(req, GET, "GET,HEAD")?;
             require_metrics_reader(req)?;
+            // Settee's own parts (CouchDB lists its Erlang VM's): the
+            // process's resident memory and what storage holds in memory.
+            let mut memory = Map::new();
+            if let Some(rss) = resident_bytes() {
+                memory.insert("rss".into(), json!(rss));
+            }
+            for (part, bytes) in app.engine.memory() {
+                memory.insert(part.into(), json!(bytes));
+            }
             Ok(json_value(
                 StatusCode::OK,
-                &json!({"uptime": app.started.elapsed().as_secs(), "memory": {}}),
+                &json!({"uptime": app.started.elapsed().as_secs(), "memory": memory}),
             ))
         }
         _ => Err(ApiError::not_found("missing")),
     }
+}
+
+/// The process's resident memory in bytes (Linux's `/proc/self/status`).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// Node statistics are for server admins (CouchDB also admits a read-only
