@@ -512,7 +512,13 @@ impl Store for RocksStore {
     }
 
     fn memory(&self) -> Vec<(&'static str, u64)> {
-        let db_prop = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        let cf_prop = |ks: Keyspace, name: &str| {
+            self.db
+                .property_int_value_cf(self.cf(ks), name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
         let cf_sum = |name: &str| -> u64 {
             Keyspace::ALL
                 .iter()
@@ -526,8 +532,9 @@ impl Store for RocksStore {
                 .sum()
         };
         vec![
-            ("block_cache", db_prop("rocksdb.block-cache-usage")),
-            ("memtables", cf_sum("rocksdb.cur-size-all-mem-tables")),
+            // One cache shared by every keyspace's tables (see `open`).
+            ("block_cache", cf_prop(Keyspace::Docs, "rocksdb.block-cache-usage")),
+            ("memtables", cf_sum("rocksdb.size-all-mem-tables")),
             (
                 "table_readers",
                 cf_sum("rocksdb.estimate-table-readers-mem"),

@@ -696,15 +696,7 @@ async fn put(
         name: name.clone(),
         kind: AttKind::Stored(stub, writes),
     }];
-    atts.extend(
-        stubs
-            .into_iter()
-            .filter(|(n, _)| *n != name)
-            .map(|(n, _)| AttIn {
-                name: n,
-                kind: AttKind::Stub { revpos: None },
-            }),
-    );
+    atts.extend(kept(stubs, &name));
     let doc = Doc {
         id: id.clone(),
         rev,
@@ -737,14 +729,7 @@ async fn delete(
     if !stubs.iter().any(|(n, _)| *n == name) {
         return Err(missing_att());
     }
-    let atts: Vec<AttIn> = stubs
-        .into_iter()
-        .filter(|(n, _)| *n != name)
-        .map(|(n, _)| AttIn {
-            name: n,
-            kind: AttKind::Stub { revpos: None },
-        })
-        .collect();
+    let atts: Vec<AttIn> = kept(stubs, &name).collect();
     let doc = Doc {
         id,
         rev: Some(rev),
@@ -754,6 +739,17 @@ async fn delete(
         atts: (!atts.is_empty()).then_some(atts),
     };
     write_doc(app, req, db, doc, StatusCode::OK, None).await
+}
+
+/// The parent's attachments other than `name`, kept as stubs.
+fn kept<'a>(stubs: Vec<(String, AttStub)>, name: &'a str) -> impl Iterator<Item = AttIn> + 'a {
+    stubs
+        .into_iter()
+        .filter(move |(n, _)| n != name)
+        .map(|(n, _)| AttIn {
+            name: n,
+            kind: AttKind::Stub { revpos: None },
+        })
 }
 
 /// Refuses (413 `attachment_too_large`, naming it) an inline attachment
