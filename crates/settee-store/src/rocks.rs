@@ -533,7 +533,10 @@ impl Store for RocksStore {
         };
         vec![
             // One cache shared by every keyspace's tables (see `open`).
-            ("block_cache", cf_prop(Keyspace::Docs, "rocksdb.block-cache-usage")),
+            (
+                "block_cache",
+                cf_prop(Keyspace::Docs, "rocksdb.block-cache-usage"),
+            ),
             ("memtables", cf_sum("rocksdb.size-all-mem-tables")),
             (
                 "table_readers",
