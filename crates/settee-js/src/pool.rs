@@ -23,7 +23,7 @@ use std::thread::{self, JoinHandle, Thread};
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::runtime::{Worker, JS_STACK_BYTES};
+use crate::runtime::{Hanging, Worker, JS_STACK_BYTES};
 use crate::stats::Stats;
 use crate::{JsConfig, JsError};
 
@@ -69,17 +69,19 @@ impl Pool {
             threads: Vec::new(),
             stats: Arc::clone(&stats),
         };
+        let hanging = Arc::new(Hanging::default());
         for n in 0..config.workers.max(1) {
             let rx = rx.clone();
             let config = Arc::clone(&config);
             let stats = Arc::clone(&stats);
+            let hanging = Arc::clone(&hanging);
             let handle = thread::Builder::new()
                 .name(format!("settee-js-{n}"))
                 // Room for QuickJS's own bound plus the native frames around it.
                 .stack_size(4 * JS_STACK_BYTES)
                 .spawn(move || {
                     // Created here: a runtime never leaves its thread.
-                    let mut worker = Worker::new(config, Arc::clone(&stats));
+                    let mut worker = Worker::new(config, Arc::clone(&stats), hanging);
                     for Queued { job, permit } in rx.iter() {
                         drop(permit);
                         if catch_unwind(AssertUnwindSafe(|| job(&mut worker))).is_err() {

@@ -320,6 +320,22 @@
 
   // --- The driver --------------------------------------------------------------
   return {
+    // The source being compiled when the last call was stopped (null when
+    // none was): the engine remembers it beyond this context.
+    hanging: function () {
+      return compilingSource;
+    },
+    // Sources the engine knows to loop when compiled (a JSON array), from
+    // other contexts and earlier runtimes.
+    rememberHanging: function (listJson) {
+      var list = parse(listJson);
+      for (var i = 0; i < list.length; i++) {
+        if (hangingSources.size >= HANGING_SOURCES_MAX) {
+          hangingSources.delete(hangingSources.values().next().value);
+        }
+        hangingSources.add(list[i]);
+      }
+    },
     // Compiles the named map functions (a ["error", "compilation_error"|"not_found", ...]
     // is thrown for the first that fails) so that a call fails before any document.
     map: function (namesJson, docsJson) {

@@ -17,6 +17,11 @@
 //! - After an out-of-memory error, a failed runtime or a panic, the whole
 //!   runtime is dropped and the next call builds a new one: nothing that
 //!   failed half-way is reused.
+//! - A design function source whose compilation the deadline stopped (an
+//!   endless loop at the top level) is remembered by the engine
+//!   ([`Hanging`], shared by the workers), not only by its context: every
+//!   context created later learns it, so compiling it again fails at once
+//!   whatever was evicted or restarted in between.
 //! - Drop order: the contexts (and the persistent driver handles in them)
 //!   are dropped before the runtime (field order of [`JsState`]).
 
@@ -101,7 +106,47 @@ struct JsState {
 pub(crate) struct Worker {
     config: Arc<JsConfig>,
     stats: Arc<Stats>,
+    hanging: Arc<Hanging>,
     state: Option<JsState>,
+}
+
+/// Design function sources whose compilation the deadline stopped (an
+/// endless loop at the top level), shared by every worker and kept across
+/// context evictions and runtime restarts: each new context learns them,
+/// so compiling one again fails at once instead of taking the whole
+/// deadline again. Bounded: the newest [`HANGING_MAX`] sources of at most
+/// [`HANGING_SOURCE_MAX_BYTES`] each.
+#[derive(Default)]
+pub(crate) struct Hanging {
+    sources: parking_lot::Mutex<std::collections::VecDeque<String>>,
+}
+
+const HANGING_MAX: usize = 64;
+const HANGING_SOURCE_MAX_BYTES: usize = 64 << 10;
+
+impl Hanging {
+    fn add(&self, source: String) {
+        if source.len() > HANGING_SOURCE_MAX_BYTES {
+            return;
+        }
+        let mut sources = self.sources.lock();
+        if sources.contains(&source) {
+            return;
+        }
+        if sources.len() >= HANGING_MAX {
+            sources.pop_front();
+        }
+        sources.push_back(source);
+    }
+
+    /// The sources as a JSON array, or None when there are none.
+    fn json(&self) -> Option<String> {
+        let sources = self.sources.lock();
+        if sources.is_empty() {
+            return None;
+        }
+        serde_json::to_string(&*sources).ok()
+    }
 }
 
 /// How a call failed inside JavaScript, before it is turned into a [`JsError`].
@@ -112,10 +157,11 @@ enum Failure {
 }
 
 impl Worker {
-    pub(crate) fn new(config: Arc<JsConfig>, stats: Arc<Stats>) -> Worker {
+    pub(crate) fn new(config: Arc<JsConfig>, stats: Arc<Stats>, hanging: Arc<Hanging>) -> Worker {
         Worker {
             config,
             stats,
+            hanging,
             state: None,
         }
     }
@@ -187,8 +233,9 @@ impl Worker {
     {
         let config = Arc::clone(&self.config);
         let stats = Arc::clone(&self.stats);
+        let hanging = Arc::clone(&self.hanging);
         let state = self.state().map_err(Failure::Fatal)?;
-        let env_index = state.env_for(ddoc, &config, &stats)?;
+        let env_index = state.env_for(ddoc, &config, &stats, &hanging)?;
         let clock = Arc::clone(&state.clock);
         let env = &state.envs[env_index];
         let limit_bytes = config.memory_limit_bytes;
@@ -230,6 +277,14 @@ impl Worker {
                     };
                     if matches!(failure, Failure::Error(JsError::Timeout { .. })) {
                         stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                        let stopped_compiling: Option<String> = driver
+                            .get::<_, Function>("hanging")
+                            .and_then(|f| f.call(()))
+                            .ok()
+                            .flatten();
+                        if let Some(source) = stopped_compiling {
+                            hanging.add(source);
+                        }
                     }
                     if matches!(failure, Failure::Fatal(JsError::OutOfMemory { .. })) {
                         stats.out_of_memory.fetch_add(1, Ordering::Relaxed);
@@ -254,6 +309,7 @@ impl JsState {
         ddoc: &DesignDoc,
         config: &JsConfig,
         stats: &Stats,
+        hanging: &Hanging,
     ) -> Result<usize, Failure> {
         self.uses += 1;
         let signature = ddoc.signature_bits();
@@ -275,12 +331,17 @@ impl JsState {
             self.envs.swap_remove(oldest);
             stats.ddoc_cache_evictions.fetch_add(1, Ordering::Relaxed);
         }
-        let env = self.new_env(ddoc, config)?;
+        let env = self.new_env(ddoc, config, hanging)?;
         self.envs.push(env);
         Ok(self.envs.len() - 1)
     }
 
-    fn new_env(&self, ddoc: &DesignDoc, config: &JsConfig) -> Result<DdocEnv, Failure> {
+    fn new_env(
+        &self,
+        ddoc: &DesignDoc,
+        config: &JsConfig,
+        hanging: &Hanging,
+    ) -> Result<DdocEnv, Failure> {
         let ctx = Context::full(&self.rt).map_err(|e| match e {
             rquickjs::Error::Allocation => Failure::Fatal(JsError::OutOfMemory {
                 limit_bytes: config.memory_limit_bytes,
@@ -311,6 +372,11 @@ impl JsState {
             ));
             self.clock.disarm();
             let driver = made.map_err(|e| fail(&ctx, e))?;
+            if let Some(list) = hanging.json() {
+                let remember: Function =
+                    driver.get("rememberHanging").map_err(|e| fail(&ctx, e))?;
+                remember.call::<_, ()>((list,)).map_err(|e| fail(&ctx, e))?;
+            }
             Ok(Persistent::save(&ctx, driver))
         })?;
         Ok(DdocEnv {

@@ -568,6 +568,34 @@ fn a_source_stopped_while_compiling_fails_at_once_the_next_time() {
 }
 
 #[test]
+fn a_stopped_source_is_remembered_beyond_its_context() {
+    // One context per worker (ddoc_cache_max 1): compiling another design
+    // document evicts the looping one's context, where the first version
+    // of this memory lived; a copy compiled after that still fails at once.
+    let timeout = Duration::from_millis(300);
+    let e = JsEngine::new(JsConfig {
+        workers: 1,
+        timeout,
+        ddoc_cache_max: 1,
+        ..JsConfig::default()
+    })
+    .unwrap();
+    let looping = map_ddoc(&[("v", "while(true){}")]);
+    let err = e.compile_view(&looping, "v", false).unwrap_err();
+    assert!(matches!(err, JsError::Timeout { .. }), "{err:?}");
+    let other = map_ddoc(&[("w", "function (doc) { emit(1, 2); }")]);
+    e.compile_view(&other, "w", false).unwrap();
+    let again = Instant::now();
+    let err = e.compile_view(&looping, "v", false).unwrap_err();
+    assert_eq!(
+        (err.couch_error(), err.couch_reason()),
+        ("os_process_error", "OS process timed out.".to_string())
+    );
+    assert!(again.elapsed() < timeout / 2, "{:?}", again.elapsed());
+    assert_eq!(e.stats().ddoc_cache_evictions, 2);
+}
+
+#[test]
 fn the_timeout_is_per_document() {
     // Each document takes ~60 ms; the batch takes far longer than the 300 ms
     // timeout, but no single document does.
