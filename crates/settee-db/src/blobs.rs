@@ -57,6 +57,10 @@ pub const CHUNK: usize = 128 * 1024;
 /// module doc) unless the engine's options say otherwise.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(600);
 
+/// Most blobs noted in memory as about to be named (see
+/// [`BlobWriter::finish_deferred`]).
+const PENDING_MAX: usize = 100_000;
+
 const HEADER: u8 = b'h';
 const CHUNKS: u8 = b'c';
 
@@ -387,9 +391,10 @@ impl BlobWriter {
     /// chunk and header are returned, for the document write that names
     /// it to carry in the same atomic write (one storage write, one fsync,
     /// per small attachment). Nothing is returned when the same content is
-    /// stored already. Until that document write, garbage collection keeps
-    /// the blob's header for the grace period (the MD5 is noted in memory
-    /// instead of refreshing the header on disk). Larger blobs are stored
+    /// stored already; then garbage collection keeps the stored blob for the
+    /// grace period (the MD5 is noted in memory instead of refreshing the
+    /// header on disk). A header carried by the document write needs no
+    /// note: until that write lands there is nothing to collect. Larger blobs are stored
     /// by [`BlobWriter::finish`].
     pub fn finish_deferred(mut self) -> Result<(Written, BlobWrites)> {
         if self.chunks > 0 {
@@ -404,7 +409,28 @@ impl BlobWriter {
         let mut writes = Vec::new();
         match existing {
             Some(h) if h.sha256 != sha256 => return Err(md5_collision()),
-            Some(_) => {}
+            Some(h) => {
+                // Stored already: kept from garbage collection until the
+                // document write names it, by a note in memory (bounded:
+                // past `PENDING_MAX` notes younger than the grace period,
+                // the header is refreshed on disk, as a large upload does).
+                if lock.pending.len() >= PENDING_MAX {
+                    let grace_us = shared.opts.blob_grace_ms.saturating_mul(1000);
+                    let cutoff = now_us().saturating_sub(grace_us);
+                    lock.pending.retain(|_, at| *at > cutoff);
+                }
+                if lock.pending.len() < PENDING_MAX {
+                    lock.pending.insert(md5, now_us());
+                } else {
+                    let mut batch = Batch::new();
+                    let refreshed = Header {
+                        written_us: now_us(),
+                        ..h
+                    };
+                    batch.put(Keyspace::Blobs, key, records::encode(&refreshed));
+                    self.blobs.write(&batch)?;
+                }
+            }
             None => {
                 if !self.buf.is_empty() {
                     writes.push((
@@ -421,7 +447,6 @@ impl BlobWriter {
                 writes.push((key, records::encode(&header)));
             }
         }
-        lock.pending.insert(md5, now_us());
         lock.active.remove(&self.id);
         drop(lock);
         self.finished = true;
