@@ -333,10 +333,30 @@ impl BlobWriter {
 
     /// Stores the last chunk and the header (or finds the same content
     /// already stored and drops this copy).
-    pub fn finish(mut self) -> Result<Written> {
+    pub fn finish(self) -> Result<Written> {
+        Ok(self.complete(false)?.0)
+    }
+
+    /// Finishes the upload; a blob of one chunk is not written here: its
+    /// chunk and header are returned, for the document write that names
+    /// it to carry in the same atomic write (one storage write, one fsync,
+    /// per small attachment). Nothing is returned when the same content is
+    /// stored already; then garbage collection keeps the stored blob for
+    /// the grace period (the MD5 is noted in memory instead of refreshing
+    /// the header on disk). A header carried by the document write needs
+    /// no note: until that write lands there is nothing to collect. Larger
+    /// blobs are stored as by [`BlobWriter::finish`].
+    pub fn finish_deferred(self) -> Result<(Written, BlobWrites)> {
+        self.complete(true)
+    }
+
+    /// Both finishes: `defer` leaves a one-chunk blob's writes to the
+    /// caller (see [`BlobWriter::finish_deferred`]).
+    fn complete(mut self, defer: bool) -> Result<(Written, BlobWrites)> {
         // A blob of one chunk goes in the header's write (one storage write
         // for a small attachment; none of its bytes if it is stored already).
         let single = self.chunks == 0;
+        let defer = defer && single;
         if !single {
             self.flush_chunk()?;
         }
@@ -347,92 +367,37 @@ impl BlobWriter {
         let mut lock = shared.blob_lock.lock();
         let existing = stored_header(&shared, &key)?;
         let mut batch = Batch::new();
-        let header = match existing {
-            Some(h) if h.sha256 != sha256 => return Err(md5_collision()),
-            Some(h) => {
-                // Stored once: this copy goes, the stored one is refreshed
-                // (see the grace period in the module doc).
-                if !single {
-                    let (from, to) = chunk_range(shared.db, &self.id);
-                    batch.delete_range(Keyspace::Blobs, from, to);
-                }
-                Header {
-                    written_us: now_us(),
-                    ..h
-                }
-            }
-            None => {
-                if single && !self.buf.is_empty() {
-                    batch.put(
-                        Keyspace::Blobs,
-                        chunk_key(shared.db, &self.id, 0),
-                        &self.buf,
-                    );
-                }
-                Header {
-                    id: self.id,
-                    len: self.len,
-                    sha256,
-                    written_us: now_us(),
-                }
-            }
-        };
-        batch.put(Keyspace::Blobs, key, records::encode(&header));
-        self.blobs.write(&batch)?;
-        lock.active.remove(&self.id);
-        drop(lock);
-        self.finished = true;
-        Ok(Written { md5, len: self.len })
-    }
-}
-
-impl BlobWriter {
-    /// Finishes the upload; a blob of one chunk is not written here: its
-    /// chunk and header are returned, for the document write that names
-    /// it to carry in the same atomic write (one storage write, one fsync,
-    /// per small attachment). Nothing is returned when the same content is
-    /// stored already; then garbage collection keeps the stored blob for the
-    /// grace period (the MD5 is noted in memory instead of refreshing the
-    /// header on disk). A header carried by the document write needs no
-    /// note: until that write lands there is nothing to collect. Larger blobs are stored
-    /// by [`BlobWriter::finish`].
-    pub fn finish_deferred(mut self) -> Result<(Written, BlobWrites)> {
-        if self.chunks > 0 {
-            return Ok((self.finish()?, BlobWrites::default()));
-        }
-        let md5: [u8; 16] = std::mem::take(&mut self.md5).finalize().into();
-        let sha256: [u8; 32] = std::mem::take(&mut self.sha).finalize().into();
-        let shared = Arc::clone(&self.blobs.shared);
-        let key = header_key(shared.db, &md5);
-        let mut lock = shared.blob_lock.lock();
-        let existing = stored_header(&shared, &key)?;
         let mut writes = Vec::new();
         match existing {
             Some(h) if h.sha256 != sha256 => return Err(md5_collision()),
             Some(h) => {
-                // Stored already: kept from garbage collection until the
-                // document write names it, by a note in memory (bounded:
-                // past `PENDING_MAX` notes younger than the grace period,
-                // the header is refreshed on disk, as a large upload does).
-                if lock.pending.len() >= PENDING_MAX {
+                // Stored once: this copy goes, the stored one is kept from
+                // garbage collection until a document names it (see the
+                // grace period in the module doc): by a note in memory when
+                // deferred (bounded: past `PENDING_MAX` notes younger than
+                // the grace period, as otherwise), else by refreshing its
+                // header on disk.
+                if !single {
+                    let (from, to) = chunk_range(shared.db, &self.id);
+                    batch.delete_range(Keyspace::Blobs, from, to);
+                }
+                if defer && lock.pending.len() >= PENDING_MAX {
                     let grace_us = shared.opts.blob_grace_ms.saturating_mul(1000);
                     let cutoff = now_us().saturating_sub(grace_us);
                     lock.pending.retain(|_, at| *at > cutoff);
                 }
-                if lock.pending.len() < PENDING_MAX {
+                if defer && lock.pending.len() < PENDING_MAX {
                     lock.pending.insert(md5, now_us());
                 } else {
-                    let mut batch = Batch::new();
                     let refreshed = Header {
                         written_us: now_us(),
                         ..h
                     };
                     batch.put(Keyspace::Blobs, key, records::encode(&refreshed));
-                    self.blobs.write(&batch)?;
                 }
             }
             None => {
-                if !self.buf.is_empty() {
+                if single && !self.buf.is_empty() {
                     writes.push((
                         chunk_key(shared.db, &self.id, 0),
                         std::mem::take(&mut self.buf),
@@ -445,7 +410,15 @@ impl BlobWriter {
                     written_us: now_us(),
                 };
                 writes.push((key, records::encode(&header)));
+                if !defer {
+                    for (k, v) in writes.drain(..) {
+                        batch.put(Keyspace::Blobs, k, v);
+                    }
+                }
             }
+        }
+        if !batch.is_empty() {
+            self.blobs.write(&batch)?;
         }
         lock.active.remove(&self.id);
         drop(lock);
