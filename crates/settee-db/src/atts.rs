@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use flate2::write::GzEncoder;
 use flate2::{Compression, GzBuilder};
-use md5::{Digest as _, Md5};
 use parking_lot::RwLock;
 use settee_core::att::{self, AttKind, AttStub, BlobWrites};
 use settee_core::doc::{Body, Doc, DocError};
@@ -92,9 +91,7 @@ pub type SharedCompression = Arc<RwLock<AttCompression>>;
 
 enum Sink {
     Plain(BlobWriter),
-    /// With the MD5 of the identity bytes (a plain blob's own MD5 is
-    /// theirs).
-    Gzip(GzEncoder<BlobWriter>, Md5),
+    Gzip(GzEncoder<BlobWriter>),
 }
 
 /// An attachment being stored: identity bytes in, stored (possibly
@@ -115,7 +112,6 @@ impl AttWriter {
                 GzBuilder::new()
                     .operating_system(3)
                     .write(w, Compression::new(level)),
-                Md5::new(),
             ),
             None => Sink::Plain(w),
         };
@@ -126,10 +122,7 @@ impl AttWriter {
         self.length += bytes.len() as u64;
         match &mut self.sink {
             Sink::Plain(w) => w.write_bytes(bytes),
-            Sink::Gzip(g, md5) => {
-                md5.update(bytes);
-                g.write_all(bytes).map_err(io_error)
-            }
+            Sink::Gzip(g) => g.write_all(bytes).map_err(io_error),
         }
     }
 
@@ -138,21 +131,13 @@ impl AttWriter {
         self.length
     }
 
-    /// MD5 of the identity bytes written (checked against `Content-MD5`).
-    pub fn identity_md5(&self) -> [u8; 16] {
-        match &self.sink {
-            Sink::Plain(w) => w.md5(),
-            Sink::Gzip(_, md5) => md5.clone().finalize().into(),
-        }
-    }
-
     /// Finishes the blob: the stub (its `revpos` is 0: the update assigns
     /// it), and the writes the document write must carry (see
     /// [`crate::blobs::BlobWriter::finish_deferred`]).
     pub fn finish(self, content_type: String) -> Result<(AttStub, BlobWrites)> {
         let ((written, writes), encoded) = match self.sink {
             Sink::Plain(w) => (w.finish_deferred()?, false),
-            Sink::Gzip(g, _) => (g.finish().map_err(io_error)?.finish_deferred()?, true),
+            Sink::Gzip(g) => (g.finish().map_err(io_error)?.finish_deferred()?, true),
         };
         let stub = AttStub {
             content_type,

@@ -305,11 +305,6 @@ impl BlobWriter {
         self.len
     }
 
-    /// MD5 of the bytes written so far.
-    pub fn md5(&self) -> [u8; 16] {
-        self.md5.clone().finalize().into()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
