@@ -110,6 +110,15 @@ impl ApiError {
         )
     }
 
+    /// 408: a request body's next bytes did not arrive in time.
+    pub fn body_timeout() -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "timed out reading the request body",
+        )
+    }
+
     pub fn request_too_large() -> ApiError {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

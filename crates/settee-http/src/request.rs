@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body as HttpBody;
-use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, Uri};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
@@ -264,11 +264,7 @@ impl Req {
         // A failed read leaves the body part-read.
         self.abandoned = !matches!(read, Ok(Ok(_)));
         match read {
-            Err(_) => Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                "timed out reading the request body",
-            )),
+            Err(_) => Err(ApiError::body_timeout()),
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
             Ok(Err(e)) => {
                 if is_length_limit(&*e) {
@@ -398,13 +394,7 @@ impl<F: Fn() -> ApiError> BodyFrames<F> {
         };
         loop {
             let frame = match tokio::time::timeout(BODY_READ_TIMEOUT, body.frame()).await {
-                Err(_) => {
-                    return Err(ApiError::new(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "request_timeout",
-                        "timed out reading the request body",
-                    ))
-                }
+                Err(_) => return Err(ApiError::body_timeout()),
                 Ok(None) => return Ok(None),
                 Ok(Some(Err(e))) => {
                     return Err(ApiError::bad_request(format!(

@@ -812,7 +812,7 @@ pub fn attach_stored(
 /// The next part of a multipart body, within the body timeout.
 async fn next_part<'a>(mp: &mut multer::Multipart<'a>) -> ApiResult<Option<multer::Field<'a>>> {
     match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, mp.next_field()).await {
-        Err(_) => Err(body_timeout()),
+        Err(_) => Err(ApiError::body_timeout()),
         Ok(Ok(f)) => Ok(f),
         Ok(Err(e)) => Err(ApiError::bad_request(format!(
             "invalid multipart body: {e}"
@@ -822,20 +822,12 @@ async fn next_part<'a>(mp: &mut multer::Multipart<'a>) -> ApiResult<Option<multe
 
 async fn next_chunk(field: &mut multer::Field<'_>) -> ApiResult<Option<Bytes>> {
     match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, field.chunk()).await {
-        Err(_) => Err(body_timeout()),
+        Err(_) => Err(ApiError::body_timeout()),
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(ApiError::bad_request(format!(
             "invalid multipart body: {e}"
         ))),
     }
-}
-
-fn body_timeout() -> ApiError {
-    ApiError::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "request_timeout",
-        "timed out reading the request body",
-    )
 }
 
 /// `PUT /{db}/{doc}` as `multipart/related`: the document's JSON, then
