@@ -51,7 +51,7 @@ pub enum MacAlgorithm {
 pub const DEFAULT_ALGORITHMS: &[MacAlgorithm] = &[MacAlgorithm::Sha256, MacAlgorithm::Sha1];
 
 impl MacAlgorithm {
-    fn mac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+    pub(crate) fn mac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         match self {
             MacAlgorithm::Sha256 => {
                 let mut m = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");

@@ -1,8 +1,9 @@
 //! CouchDB 3.4's access model as pure logic: who a requester is
 //! ([`UserCtx`]), how passwords are hashed and checked ([`password`]), the
 //! rules for documents in the `_users` database ([`users`]), the
-//! `AuthSession` cookie ([`cookie`]) and per-database security objects
-//! ([`security`]).
+//! `AuthSession` cookie ([`cookie`]), per-database security objects
+//! ([`security`]), JSON Web Tokens ([`jwt`]) and proxy authentication
+//! ([`proxy`]).
 //!
 //! Invariants:
 //! - No HTTP, no storage, no threads: every function is a function of its
@@ -16,7 +17,9 @@
 //! - Secrets (derived keys, MACs) are compared in constant time.
 
 pub mod cookie;
+pub mod jwt;
 pub mod password;
+pub mod proxy;
 pub mod security;
 pub mod users;
 

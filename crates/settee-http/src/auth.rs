@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use crate::auth_chain::Handler;
 use crate::config::{Config, Settings};
 use crate::error::{ApiError, ApiResult};
 use crate::request::Req;
@@ -168,8 +169,9 @@ fn cache_key(stored: &str, user: &str, password: &str) -> [u8; 32] {
 #[derive(Debug, Clone, Default)]
 pub struct Authenticated {
     pub user: UserCtx,
-    /// `default` (Basic) or `cookie`; None for anonymous requests
-    /// (`_session`'s `info.authenticated`).
+    /// The handler that named the requester (`default` for Basic,
+    /// `cookie`, `jwt`, `proxy`); None for anonymous requests (`_session`'s
+    /// `info.authenticated`).
     pub method: Option<&'static str>,
     /// A fresh `AuthSession` cookie for the response (`Set-Cookie` value),
     /// when the request's is past a tenth of its life.
@@ -288,6 +290,8 @@ pub struct Auth {
     verifications: AtomicU64,
     /// Failed logins by user and address.
     lockout: Mutex<Lockout>,
+    /// `[jwt_keys]` parsed once per key.
+    jwt_keys: settee_auth::jwt::KeyCache,
 }
 
 impl Auth {
@@ -298,6 +302,7 @@ impl Auth {
             verifying: tokio::sync::Mutex::new(()),
             verifications: AtomicU64::new(0),
             lockout: Mutex::new(Lockout::default()),
+            jwt_keys: settee_auth::jwt::KeyCache::default(),
         }
     }
 
@@ -385,27 +390,89 @@ impl Auth {
             .is_some_and(|k| settee_auth::constant_time_eq(k, key))
     }
 
-    /// Identifies the requester: HTTP Basic credentials, else an
-    /// `AuthSession` cookie, else anonymous.
+    /// Identifies the requester: the first of the configured handlers
+    /// ([`crate::auth_chain`]) that names one, else anonymous.
     pub async fn authenticate(
         &self,
         headers: &HeaderMap,
         engine: &Engine,
         peer: Option<std::net::IpAddr>,
+        settings: &Settings,
     ) -> ApiResult<Authenticated> {
-        if headers.contains_key(header::AUTHORIZATION) {
-            let user = self.basic(headers, engine, peer).await?;
-            let method = user.name.is_some().then_some("default");
-            return Ok(Authenticated {
-                user,
-                method,
-                set_cookie: None,
-            });
+        for handler in &settings.auth_handlers {
+            let found = match handler {
+                Handler::Jwt => self.jwt(headers, settings)?,
+                Handler::Proxy => self.proxy(headers, settings),
+                Handler::Cookie => match session_cookie_value(headers) {
+                    Some(value) => Some(self.cookie(&value, engine)?),
+                    None => None,
+                },
+                Handler::Default => {
+                    let user = self.basic(headers, engine, peer).await?;
+                    user.name.is_some().then(|| Authenticated {
+                        user,
+                        method: None,
+                        set_cookie: None,
+                    })
+                }
+            };
+            if let Some(mut who) = found.filter(|w| w.user.name.is_some()) {
+                who.method = Some(handler.name());
+                return Ok(who);
+            }
         }
-        match session_cookie_value(headers) {
-            Some(value) => self.cookie(&value, engine),
-            None => Ok(Authenticated::default()),
-        }
+        Ok(Authenticated::default())
+    }
+
+    /// The `jwt` handler: an `Authorization: Bearer` token's user (None
+    /// without a token).
+    fn jwt(&self, headers: &HeaderMap, settings: &Settings) -> ApiResult<Option<Authenticated>> {
+        let Some(token) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .filter(|t| !t.is_empty())
+        else {
+            return Ok(None);
+        };
+        let jwt = &settings.jwt;
+        let config = settee_auth::jwt::JwtSettings {
+            keys: &jwt.keys,
+            required_claims: jwt.required_claims.as_deref(),
+            roles_claim_name: jwt.roles_claim_name.as_deref(),
+            roles_claim_path: jwt.roles_claim_path.as_deref(),
+        };
+        let user = self
+            .jwt_keys
+            .authenticate(token, &config, now_secs())
+            .map_err(|e| ApiError::from(e.to_couchdb()))?;
+        Ok(Some(Authenticated {
+            user,
+            method: None,
+            set_cookie: None,
+        }))
+    }
+
+    /// The `proxy` handler: the user a trusted proxy names in headers.
+    fn proxy(&self, headers: &HeaderMap, settings: &Settings) -> Option<Authenticated> {
+        let p = &settings.proxy;
+        let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let secret = self.config.get(AUTH_SECTION, "secret");
+        let secret = match (&p.use_secret, &secret) {
+            (false, _) => settee_auth::proxy::Secret::NotUsed,
+            (true, Some(s)) if !s.is_empty() => settee_auth::proxy::Secret::Key(s),
+            (true, _) => settee_auth::proxy::Secret::Missing,
+        };
+        let proxied = settee_auth::proxy::ProxyHeaders {
+            username: value(&p.username_header),
+            roles: value(&p.roles_header),
+            token: value(&p.token_header),
+        };
+        settee_auth::proxy::authenticate(proxied, secret).map(|user| Authenticated {
+            user,
+            method: None,
+            set_cookie: None,
+        })
     }
 
     /// A session cookie's user; anonymous when it is forged, expired or
@@ -774,6 +841,7 @@ mod tests {
         // Few iterations: the test is about how many verifications run.
         let stored = settee_auth::password::hash_with_iterations("pw", 20_000);
         config.set(ADMINS, "admin", &stored).unwrap();
+        let settings = config.settings();
         let auth = Arc::new(Auth::new(config));
         let dir = tempfile::tempdir().unwrap();
         let engine = Engine::open(dir.path(), settee_db::EngineOptions::default()).unwrap();
@@ -784,9 +852,9 @@ mod tests {
         rt.block_on(async {
             let tasks: Vec<_> = (0..8)
                 .map(|_| {
-                    let (auth, engine) = (auth.clone(), engine.clone());
+                    let (auth, engine, settings) = (auth.clone(), engine.clone(), settings.clone());
                     tokio::spawn(async move {
-                        auth.authenticate(&basic("admin", "pw"), &engine, None)
+                        auth.authenticate(&basic("admin", "pw"), &engine, None, &settings)
                             .await
                     })
                 })
@@ -799,14 +867,14 @@ mod tests {
             // A wrong password is verified (and refused) every time.
             for _ in 0..2 {
                 let e = auth
-                    .authenticate(&basic("admin", "nope"), &engine, None)
+                    .authenticate(&basic("admin", "nope"), &engine, None, &settings)
                     .await
                     .unwrap_err();
                 assert_eq!(e.status, axum::http::StatusCode::UNAUTHORIZED);
             }
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);
             // The right one is still cached.
-            auth.authenticate(&basic("admin", "pw"), &engine, None)
+            auth.authenticate(&basic("admin", "pw"), &engine, None, &settings)
                 .await
                 .unwrap();
             assert_eq!(auth.verifications.load(Ordering::Relaxed), 3);

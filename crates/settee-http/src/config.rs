@@ -78,6 +78,12 @@ pub struct Settings {
     pub require_valid_user_except_for_up: bool,
     /// `[httpd] WWW-Authenticate`: sent with every 401 when set.
     pub www_authenticate: Option<String>,
+    /// `[chttpd] authentication_handlers`, in order.
+    pub auth_handlers: Vec<crate::auth_chain::Handler>,
+    /// `[jwt_keys]` and `[jwt_auth]`.
+    pub jwt: JwtSettings,
+    /// `[chttpd_auth]`'s proxy settings.
+    pub proxy: ProxySettings,
     pub uuid_algorithm: UuidAlgorithm,
     /// `[uuids] utc_id_suffix`, appended by the `utc_id` algorithm.
     pub utc_id_suffix: String,
@@ -100,6 +106,25 @@ pub struct Settings {
     pub max_attachment_size: u64,
     /// `[attachments] compressible_types` and `compression_level`.
     pub att_compression: settee_db::atts::AttCompression,
+}
+
+/// `[jwt_keys]` (every entry, `kind:kid` → key) and `[jwt_auth]`.
+#[derive(Debug, Clone, Default)]
+pub struct JwtSettings {
+    pub keys: Vec<(String, String)>,
+    pub required_claims: Option<String>,
+    pub roles_claim_name: Option<String>,
+    pub roles_claim_path: Option<String>,
+}
+
+/// `[chttpd_auth] proxy_use_secret` and the proxy's header names
+/// (`x_auth_username`, `x_auth_roles`, `x_auth_token`).
+#[derive(Debug, Clone, Default)]
+pub struct ProxySettings {
+    pub use_secret: bool,
+    pub username_header: String,
+    pub roles_header: String,
+    pub token_header: String,
 }
 
 impl Settings {
@@ -133,6 +158,28 @@ impl Settings {
             www_authenticate: get("httpd", "WWW-Authenticate")
                 .filter(|v| !v.is_empty())
                 .map(str::to_string),
+            auth_handlers: crate::auth_chain::parse(get("chttpd", "authentication_handlers")),
+            jwt: JwtSettings {
+                keys: s
+                    .get("jwt_keys")
+                    .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                    .unwrap_or_default(),
+                required_claims: get("jwt_auth", "required_claims").map(str::to_string),
+                roles_claim_name: get("jwt_auth", "roles_claim_name").map(str::to_string),
+                roles_claim_path: get("jwt_auth", "roles_claim_path").map(str::to_string),
+            },
+            proxy: ProxySettings {
+                use_secret: boolean("chttpd_auth", "proxy_use_secret", false),
+                username_header: get("chttpd_auth", "x_auth_username")
+                    .unwrap_or(settee_auth::proxy::USERNAME_HEADER)
+                    .to_string(),
+                roles_header: get("chttpd_auth", "x_auth_roles")
+                    .unwrap_or(settee_auth::proxy::ROLES_HEADER)
+                    .to_string(),
+                token_header: get("chttpd_auth", "x_auth_token")
+                    .unwrap_or(settee_auth::proxy::TOKEN_HEADER)
+                    .to_string(),
+            },
             uuid_algorithm: match get("uuids", "algorithm") {
                 Some("random") => UuidAlgorithm::Random,
                 Some("utc_random") => UuidAlgorithm::UtcRandom,

@@ -20,6 +20,7 @@
 //! slips through becomes a 500, not a dropped connection).
 
 pub mod auth;
+pub mod auth_chain;
 pub mod config;
 pub mod error;
 pub mod idle_poll;
@@ -244,7 +245,7 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         (Err(e), _) | (_, Err(e)) => Err(e),
         (Ok(()), Ok(segs)) => app
             .auth
-            .authenticate(&parts.headers, &app.engine, peer)
+            .authenticate(&parts.headers, &app.engine, peer, &settings)
             .await
             .and_then(|who| {
                 let login = parts.method == Method::POST && segs == ["_session"];

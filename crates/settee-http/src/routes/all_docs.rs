@@ -402,7 +402,7 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
         &[Method::GET, Method::HEAD, Method::POST],
         "GET,HEAD,POST",
     )?;
-    users_db_listing(req, name)?;
+    super::users_db::listing(req, name)?;
     require_db_reader(req)?;
     let db = app.db(name)?;
     let opts = request_opts(req).await?;
@@ -434,21 +434,12 @@ fn quick(kind: Kind, o: &Opts) -> bool {
         && o.keys.as_ref().is_none_or(|k| k.len() <= QUICK_KEYS_MAX)
 }
 
-/// The users database lists its documents to server admins only (CouchDB
-/// checks this before membership: 401 "You are not a server admin.").
-fn users_db_listing(req: &Req, name: &str) -> ApiResult<()> {
-    if name == crate::auth::USERS_DB {
-        crate::auth::require_admin(&req.user)?;
-    }
-    Ok(())
-}
-
 /// Most queries in one `/queries` request.
 const QUERIES_MAX: usize = 100;
 
 pub async fn queries(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
-    users_db_listing(req, name)?;
+    super::users_db::listing(req, name)?;
     require_db_reader(req)?;
     let db = app.db(name)?;
     let body = req.json_object().await?;

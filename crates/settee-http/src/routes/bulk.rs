@@ -640,6 +640,7 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
         }
     }
     let asks: Vec<BulkGetAsk> = items.iter().map(bulk_get_ask).collect();
+    let own = super::users_db::own_doc_only(req, name);
     let view = super::att::att_ask(req)?.view;
     // Per document, `atts_since` names revisions the client has.
     let asks_atts: Vec<super::att::AttAsk> = items
@@ -675,6 +676,7 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
                 Ok((id, rev)) => {
                     let results: Vec<OpenRev> = match validate_doc_id(id) {
                         Ok(DocKind::Local) => vec![],
+                        _ if !super::users_db::may_see(&own, id) => vec![],
                         _ => {
                             let which = match rev {
                                 Some(rev) => OpenRevs::Revs(vec![rev.clone()]),

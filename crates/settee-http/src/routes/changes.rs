@@ -841,6 +841,7 @@ pub async fn handle(app: &App, req: &mut Req, name: &str) -> ApiResult<Response>
         &[Method::GET, Method::HEAD, Method::POST],
         "GET,POST,HEAD",
     )?;
+    super::users_db::listing(req, name)?;
     require_db_reader(req)?;
     let db = app.db(name)?;
     let p = parse_params(app, req, &db).await?;

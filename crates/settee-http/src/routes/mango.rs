@@ -31,8 +31,19 @@ fn ok(v: &Value) -> Response {
 pub async fn find(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_reader(req)?;
+    let own = super::users_db::own_doc_only(req, db);
     let db = app.db(db)?;
-    let body = req.json_object().await?;
+    let mut body = req.json_object().await?;
+    if let Some(own) = own {
+        // Only the requester's own user document can match.
+        if let Some(selector) = body.remove("selector") {
+            let only = own.map_or(Value::Null, Value::from);
+            body.insert(
+                "selector".into(),
+                serde_json::json!({"$and": [selector, {"_id": only}]}),
+            );
+        }
+    }
     let app = app.clone();
     let v = blocking(move || Ok(settee_mango::find(&app.views, &db, &body)?)).await?;
     Ok(ok(&v))

@@ -14,6 +14,7 @@ pub mod db;
 pub mod doc;
 pub mod mango;
 pub mod server;
+pub mod users_db;
 pub mod view;
 
 use axum::http::Method;
@@ -50,6 +51,9 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         if !first.starts_with('_') || system {
             req.security = app.security_of(first);
         }
+    }
+    if let ["_users", rest @ ..] = s.as_slice() {
+        users_db::gate(req, rest)?;
     }
     match s.as_slice() {
         [] => server::welcome(app, req),

@@ -233,7 +233,13 @@ pub async fn session(app: &App, req: &mut Req) -> ApiResult<Response> {
             Ok(resp)
         }
         _ => {
-            let mut info = json!({"authentication_handlers": ["cookie", "default"]});
+            let handlers: Vec<&str> = req
+                .settings
+                .auth_handlers
+                .iter()
+                .map(|h| h.name())
+                .collect();
+            let mut info = json!({ "authentication_handlers": handlers });
             if let Some(m) = req.auth_method {
                 info["authenticated"] = json!(m);
             }
