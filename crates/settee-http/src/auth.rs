@@ -178,6 +178,17 @@ pub struct Authenticated {
     pub set_cookie: Option<String>,
 }
 
+impl Authenticated {
+    /// `user`, named by a handler (which [`Auth::authenticate`] records).
+    fn named(user: UserCtx) -> Authenticated {
+        Authenticated {
+            user,
+            method: None,
+            set_cookie: None,
+        }
+    }
+}
+
 /// `[chttpd_auth]`: the server secret and the session timeout.
 const AUTH_SECTION: &str = "chttpd_auth";
 /// CouchDB's default session lifetime, seconds.
@@ -409,11 +420,7 @@ impl Auth {
                 },
                 Handler::Default => {
                     let user = self.basic(headers, engine, peer).await?;
-                    user.name.is_some().then(|| Authenticated {
-                        user,
-                        method: None,
-                        set_cookie: None,
-                    })
+                    user.name.is_some().then(|| Authenticated::named(user))
                 }
             };
             if let Some(mut who) = found.filter(|w| w.user.name.is_some()) {
@@ -446,18 +453,19 @@ impl Auth {
             .jwt_keys
             .authenticate(token, &config, now_secs())
             .map_err(|e| ApiError::from(e.to_couchdb()))?;
-        Ok(Some(Authenticated {
-            user,
-            method: None,
-            set_cookie: None,
-        }))
+        Ok(Some(Authenticated::named(user)))
     }
 
     /// The `proxy` handler: the user a trusted proxy names in headers.
     fn proxy(&self, headers: &HeaderMap, settings: &Settings) -> Option<Authenticated> {
         let p = &settings.proxy;
         let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let secret = self.config.get(AUTH_SECTION, "secret");
+        // Most requests name no proxied user: no configuration read for them.
+        value(&p.username_header)?;
+        let secret = p
+            .use_secret
+            .then(|| self.config.get(AUTH_SECTION, "secret"))
+            .flatten();
         let secret = match (&p.use_secret, &secret) {
             (false, _) => settee_auth::proxy::Secret::NotUsed,
             (true, Some(s)) if !s.is_empty() => settee_auth::proxy::Secret::Key(s),
@@ -468,11 +476,7 @@ impl Auth {
             roles: value(&p.roles_header),
             token: value(&p.token_header),
         };
-        settee_auth::proxy::authenticate(proxied, secret).map(|user| Authenticated {
-            user,
-            method: None,
-            set_cookie: None,
-        })
+        settee_auth::proxy::authenticate(proxied, secret).map(Authenticated::named)
     }
 
     /// A session cookie's user; anonymous when it is forged, expired or
