@@ -123,6 +123,8 @@ pub(crate) struct Request {
     pub credentials: Option<Credentials>,
     pub retry: RetryPolicy,
     pub timeout: Option<Duration>,
+    /// Extra headers of the database's endpoint (shared, cheap to clone).
+    pub headers: std::sync::Arc<[(String, String)]>,
 }
 
 impl Client {
@@ -209,6 +211,9 @@ impl Client {
             .http
             .request(req.method.clone(), req.url.clone())
             .header(reqwest::header::ACCEPT, "application/json");
+        for (k, v) in req.headers.iter() {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
         if let Some(c) = &req.credentials {
             rb = rb.basic_auth(&c.user, Some(&c.password));
         }

@@ -21,6 +21,7 @@ pub struct Db {
     credentials: Option<Credentials>,
     name: String,
     retry: RetryPolicy,
+    headers: std::sync::Arc<[(String, String)]>,
 }
 
 /// The URL without user name and password.
@@ -104,6 +105,23 @@ pub struct ChangesQuery {
     pub include_docs: bool,
     /// Wait up to this long for a change (`feed=longpoll`).
     pub longpoll_ms: Option<u64>,
+    /// Only the changes this filter passes.
+    pub filter: Option<ChangesFilter>,
+}
+
+/// The filters a replication can ask of a source's `_changes`.
+#[derive(Debug, Clone)]
+pub enum ChangesFilter {
+    /// `filter=_doc_ids` with the ids in the body.
+    DocIds(Vec<String>),
+    /// `filter=_selector` with a Mango selector in the body.
+    Selector(Value),
+    /// `filter=DDOC/NAME` (a design document's JavaScript filter) with
+    /// its query parameters.
+    Named {
+        name: String,
+        params: Vec<(String, String)>,
+    },
 }
 
 /// A sequence as a query-string value: strings as they are, numbers as JSON.
@@ -126,7 +144,45 @@ impl Db {
             credentials,
             name,
             retry,
+            headers: std::sync::Arc::new([]),
         })
+    }
+
+    /// A database from its parts: `url` without credentials.
+    pub fn from_parts(
+        client: Client,
+        url: url::Url,
+        credentials: Option<Credentials>,
+        name: String,
+    ) -> Db {
+        let retry = client.options().retry;
+        Db {
+            client,
+            url,
+            credentials,
+            name,
+            retry,
+            headers: std::sync::Arc::new([]),
+        }
+    }
+
+    /// The same database with these headers sent on every request (an
+    /// endpoint's `headers`, e.g. a cookie or a bearer token).
+    pub fn with_headers(&self, headers: Vec<(String, String)>) -> Db {
+        Db {
+            headers: headers.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The credentials sent with every request, if any.
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.credentials.as_ref()
+    }
+
+    /// The extra headers sent with every request.
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
     }
 
     /// The same database with another retry policy for its calls (e.g. a
@@ -187,6 +243,7 @@ impl Db {
             credentials: self.credentials.clone(),
             retry: self.retry,
             timeout: None,
+            headers: self.headers.clone(),
         }
     }
 
@@ -206,8 +263,27 @@ impl Db {
 
     /// `PUT /db`. An existing database is an error (412 `file_exists`).
     pub async fn create(&self) -> Result<(), Error> {
-        let req = self.request(Method::PUT, &[], &[], None);
+        self.create_with(&[]).await
+    }
+
+    /// `PUT /db?k=v…` (e.g. `q`, `partitioned`).
+    pub async fn create_with(&self, params: &[(&str, String)]) -> Result<(), Error> {
+        let req = self.request(Method::PUT, &[], params, None);
         self.client.send(&req).await.map(|_| ())
+    }
+
+    /// `GET /` of the server this database is on (its welcome object).
+    pub async fn server_info(&self) -> Result<Value, Error> {
+        let mut url = self.url.clone();
+        if let Ok(mut segs) = url.path_segments_mut() {
+            segs.pop();
+            segs.push("");
+        }
+        let req = Request {
+            url,
+            ..self.request(Method::GET, &[], &[], None)
+        };
+        self.json(req).await
     }
 
     /// `DELETE /db`.
@@ -242,16 +318,39 @@ impl Db {
         if cq.include_docs {
             q.push(("include_docs", "true".into()));
         }
-        let mut req;
+        let mut body = None;
+        match &cq.filter {
+            None => {}
+            Some(ChangesFilter::DocIds(ids)) => {
+                q.push(("filter", "_doc_ids".into()));
+                body = Some(serde_json::json!({ "doc_ids": ids }));
+            }
+            Some(ChangesFilter::Selector(sel)) => {
+                q.push(("filter", "_selector".into()));
+                body = Some(serde_json::json!({ "selector": sel }));
+            }
+            Some(ChangesFilter::Named { name, params }) => {
+                q.push(("filter", name.clone()));
+                for (k, v) in params {
+                    q.push((k.as_str(), v.clone()));
+                }
+            }
+        }
         if let Some(ms) = cq.longpoll_ms {
             q.push(("feed", "longpoll".into()));
             q.push(("timeout", ms.to_string()));
-            req = self.request(Method::GET, &["_changes"], &q, None);
+        }
+        let mut req = match body {
+            Some(b) => {
+                let b = serde_json::to_vec(&b).map_err(|e| Error::Config(e.to_string()))?;
+                self.request(Method::POST, &["_changes"], &q, Some(b.into()))
+            }
+            None => self.request(Method::GET, &["_changes"], &q, None),
+        };
+        if let Some(ms) = cq.longpoll_ms {
             // The server holds the request for up to `ms`.
             req.timeout =
                 Some(self.client.options().request_timeout + std::time::Duration::from_millis(ms));
-        } else {
-            req = self.request(Method::GET, &["_changes"], &q, None);
         }
         self.json(req).await
     }
@@ -383,6 +482,22 @@ impl Db {
             .filter(|(_, m)| !m.missing.is_empty())
             .map(|(id, m)| (id, m.missing))
             .collect())
+    }
+
+    /// `GET /db/ID` (also `_design/NAME`); `None` when it does not exist.
+    pub async fn get_doc(&self, id: &str) -> Result<Option<Value>, Error> {
+        let path: Vec<&str> = match id.strip_prefix("_design/") {
+            Some(name) => vec!["_design", name],
+            None => vec![id],
+        };
+        match self
+            .json::<Value>(self.request(Method::GET, &path, &[], None))
+            .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// `GET /db/_local/ID`; `None` when it does not exist.

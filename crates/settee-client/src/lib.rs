@@ -25,5 +25,5 @@ mod error;
 pub mod types;
 
 pub use client::{Client, ClientOptions, Credentials, RetryPolicy};
-pub use db::{parse_db_url, seq_param, ChangesQuery, Db};
+pub use db::{display_url, parse_db_url, seq_param, ChangesFilter, ChangesQuery, Db};
 pub use error::Error;

@@ -349,6 +349,28 @@ impl From<settee_auth::security::SecurityError> for ApiError {
     }
 }
 
+impl From<settee_replicator::RepError> for ApiError {
+    fn from(e: settee_replicator::RepError) -> ApiError {
+        use settee_replicator::RepError as R;
+        match e {
+            R::BadRequest(r) => ApiError::bad_request(r),
+            R::LocalEndpoint => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "local_endpoints_not_supported",
+            ),
+            R::DbNotFound(url) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "db_not_found",
+                format!("could not open {url}"),
+            ),
+            R::Unauthorized(r) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", r),
+            R::NotFound(r) => ApiError::not_found(r),
+            R::Failed(r) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "error", r),
+        }
+    }
+}
+
 impl From<settee_mango::error::MangoError> for ApiError {
     fn from(e: settee_mango::error::MangoError) -> ApiError {
         use settee_mango::error::MangoError as M;

@@ -68,9 +68,11 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
         route(&app, req, settings.clone()).await
     };
     let status = resp.status();
+    let tag_request =
+        sends_request_id(&path_for_id, status) && resp.extensions().get::<NoRequestId>().is_none();
     let h = resp.headers_mut();
     h.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
-    if sends_request_id(&path_for_id, status) {
+    if tag_request {
         h.insert(REQUEST_ID, request_id());
     }
     if let Some(origin) = cors_origin {
@@ -108,6 +110,11 @@ fn sends_request_id(path: &str, status: StatusCode) -> bool {
         _ => true,
     }
 }
+
+/// Marks a response CouchDB sends without `X-Couch-Request-ID` (those of
+/// its older HTTP layer: `/_session`'s own answers).
+#[derive(Clone, Copy)]
+pub(crate) struct NoRequestId;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-couch-request-id");
 

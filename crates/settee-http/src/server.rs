@@ -107,6 +107,9 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        let _ = app.local_addr.set(addr);
+    }
     let permits = Arc::new(Semaphore::new(opts.max_connections.max(1)));
     let threads = if opts.threads == 0 {
         std::thread::available_parallelism().map_or(1, usize::from)
@@ -167,6 +170,9 @@ pub async fn serve(
             loads[least].fetch_sub(1, Ordering::Relaxed);
         }
     }
+    // Running replications write their last checkpoints while the
+    // connection threads still serve (bounded).
+    app.replicator.stop_all().await;
     drop(listener);
     app.closing.send_replace(true);
     // The threads see their channels close, wait (bounded) for their

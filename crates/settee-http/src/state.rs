@@ -95,6 +95,11 @@ pub struct AppState {
     /// Parsed security objects by database, each with the stored text it
     /// was parsed from (re-parsed when the database's text changes).
     pub security: Mutex<HashMap<String, ParsedSecurity>>,
+    /// The replications this server runs (`_replicate`, `_scheduler`).
+    pub replicator: Arc<settee_replicator::Scheduler>,
+    /// The address the server listens on (set by [`crate::serve`]): local
+    /// database names in a replication are reached through it.
+    pub local_addr: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 /// A database's stored security text and the object parsed from it.
@@ -140,6 +145,7 @@ impl AppState {
         if let Err(e) = views.start_auto_update(engine.clone(), std::time::Duration::from_secs(1)) {
             tracing::warn!(error = %e, "cannot start background view updates");
         }
+        let server_uuid_for_jobs = server_uuid.clone();
         Ok(Arc::new(AppState {
             engine,
             auth: Auth::new(config.clone()),
@@ -154,6 +160,11 @@ impl AppState {
             views,
             design: Design::new(Arc::clone(&js), DesignConfig::default()),
             security: Mutex::new(HashMap::new()),
+            replicator: Arc::new(settee_replicator::Scheduler::new(
+                server_uuid_for_jobs,
+                NODE_NAME.to_string(),
+            )),
+            local_addr: std::sync::OnceLock::new(),
             js,
         }))
     }

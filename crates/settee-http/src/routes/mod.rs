@@ -13,6 +13,7 @@ pub mod changes;
 pub mod db;
 pub mod doc;
 pub mod mango;
+pub mod replicate;
 pub mod server;
 pub mod users_db;
 pub mod view;
@@ -62,6 +63,8 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         ["_dbs_info"] => server::dbs_info(app, req).await,
         ["_uuids"] => server::uuids(app, req),
         ["_session"] => server::session(app, req).await,
+        ["_replicate"] => replicate::replicate(app, req).await,
+        ["_scheduler", "jobs"] => replicate::scheduler_jobs(app, req),
         ["_active_tasks"] => server::active_tasks(app, req),
         ["_membership"] => server::membership(req),
         ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,

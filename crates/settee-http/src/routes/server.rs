@@ -218,11 +218,24 @@ fn json_with_etag(status: StatusCode, v: &Value) -> Response {
 /// `/_session`: who the request is (GET), a login answered with a
 /// session cookie (POST, JSON or form body, `next` to redirect), a logout
 /// (DELETE).
+///
+/// CouchDB answers these from its older HTTP layer, which sends no
+/// `X-Couch-Request-ID`: every answer of the handler itself (errors too)
+/// is marked [`crate::NoRequestId`]; a request the authentication chain
+/// refuses before it gets here keeps the header, as on CouchDB.
 pub async fn session(app: &App, req: &mut Req) -> ApiResult<Response> {
+    let mut resp = session_answer(app, req)
+        .await
+        .unwrap_or_else(axum::response::IntoResponse::into_response);
+    resp.extensions_mut().insert(crate::NoRequestId);
+    Ok(resp)
+}
+
+async fn session_answer(app: &App, req: &mut Req) -> ApiResult<Response> {
     allow(
         req,
         &[Method::GET, Method::HEAD, Method::POST, Method::DELETE],
-        "DELETE,GET,HEAD,POST",
+        "GET,HEAD,POST,DELETE",
     )?;
     match req.method {
         Method::POST => login(app, req).await,
@@ -351,6 +364,7 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
         }
         tasks.push(task);
     }
+    tasks.extend(app.replicator.active_tasks());
     Ok(json_value(StatusCode::OK, &Value::Array(tasks)))
 }
 

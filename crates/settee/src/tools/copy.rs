@@ -16,7 +16,7 @@
 //! page up to it was acknowledged by the target without per-document
 //! errors. A rerun starts from it; copying a revision twice is harmless.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use settee_client::{seq_param, Db};
@@ -25,9 +25,10 @@ use sha2::Digest;
 use super::conn::{explain, ConnArgs};
 use super::ls_docs::page_sizer;
 use super::progress::Progress;
-use super::sink::Sink;
-use super::source::{read_leaves, reader_db, stalled, LeafPage, ReadOptions};
+use super::StderrReport;
 use super::ToolError;
+use settee_replicator::read::{read_loop, LeafPage, ReadOptions, PAGES_QUEUED};
+use settee_replicator::write::Sink;
 
 pub const EXAMPLES: &str = "Examples:
   settee copy postal testp --filter-design              # both on $SETTEE_URL
@@ -36,11 +37,6 @@ pub const EXAMPLES: &str = "Examples:
 
 Interrupted copies resume from the checkpoint _local/settee-copy-<hash> on
 the target. Page and batch sizes are chosen at run time; -u/-b fix them.";
-
-/// Pages read ahead of the writer.
-const PAGES_QUEUED: usize = 2;
-/// How long one longpoll request waits for changes in `--continuous`.
-const LONGPOLL_MS: u64 = 30_000;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -225,18 +221,34 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         std::mem::forget(stop_tx);
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<LeafPage>(PAGES_QUEUED);
-    let reader = tokio::spawn(read_loop(
-        src.clone(),
-        (!target_empty).then(|| dst.clone()),
-        ckpt.seq.clone(),
-        args.unit,
-        args.filter_design,
-        args.continuous,
-        stop_rx,
-        tx,
-    ));
+    let mut opts = ReadOptions::new(args.filter_design);
+    opts.revs_diff_target = (!target_empty).then(|| dst.clone());
+    let reader = {
+        let (src, since, unit, continuous) =
+            (src.clone(), ckpt.seq.clone(), args.unit, args.continuous);
+        tokio::spawn(async move {
+            let say = |m: &str| eprintln!("settee: {m}");
+            read_loop(
+                src,
+                since,
+                page_sizer(unit),
+                opts,
+                continuous,
+                stop_rx,
+                tx,
+                &say,
+            )
+            .await
+        })
+    };
 
-    let mut sink = Sink::new(dst.clone(), false, args.batch, client.options().retry);
+    let mut sink = Sink::new(
+        dst.clone(),
+        false,
+        args.batch,
+        client.options().retry,
+        std::sync::Arc::new(StderrReport),
+    );
     let t0 = Instant::now();
     let mut revisions = 0u64;
     let mut skipped = 0u64;
@@ -244,7 +256,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         if let Err(e) = sink.write(&page.docs, None).await {
             reader.abort();
             progress.finish();
-            return Err(e);
+            return Err(e.into());
         }
         revisions += page.docs.len() as u64;
         skipped += page.skipped as u64;
@@ -258,7 +270,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     }
     progress.finish();
     let page_size = match reader.await {
-        Ok(r) => r?,
+        Ok(r) => r.map_err(|e| explain(&src, "source", e))?,
         Err(e) => return Err(ToolError::Fatal(format!("reader task failed: {e}"))),
     };
     let secs = t0.elapsed().as_secs_f64();
@@ -277,66 +289,4 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         )));
     }
     Ok(())
-}
-
-/// Reads pages from `since` until the end of the feed (or, continuous,
-/// until stopped). Returns the last page size used.
-async fn read_loop(
-    src: Db,
-    revs_diff_target: Option<Db>,
-    mut since: Value,
-    unit: Option<usize>,
-    filter_design: bool,
-    continuous: bool,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    tx: tokio::sync::mpsc::Sender<LeafPage>,
-) -> Result<usize, ToolError> {
-    let mut sizer = page_sizer(unit);
-    let mut caught_up = false;
-    let mut opts = ReadOptions::new(filter_design);
-    opts.revs_diff_target = revs_diff_target;
-    let src = reader_db(&src);
-    let mut stalls = 0u32;
-    loop {
-        let size = sizer.size();
-        opts.longpoll_ms = (continuous && caught_up).then_some(LONGPOLL_MS);
-        let t = Instant::now();
-        let page = tokio::select! {
-            r = read_leaves(&src, &since, size, &opts) => r,
-            _ = stop.changed() => return Ok(size),
-        };
-        let page = match page {
-            Ok(p) => {
-                stalls = 0;
-                p
-            }
-            Err(e) => {
-                let pause =
-                    stalled(e, &mut sizer, &mut stalls).map_err(|e| explain(&src, "source", e))?;
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-        };
-        if opts.longpoll_ms.is_none() {
-            sizer.observe(page.rows, page.bytes, t.elapsed());
-        }
-        let rows = page.rows;
-        since = page.last_seq.clone();
-        if rows > 0 && tx.send(page).await.is_err() {
-            return Ok(size); // the writer stopped; it reports why
-        }
-        if rows < size {
-            if !continuous {
-                return Ok(size);
-            }
-            caught_up = true;
-            if rows == 0 {
-                // An empty longpoll answer: poll again at once; a server
-                // that answers immediately is throttled a little.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        } else {
-            caught_up = false;
-        }
-    }
 }

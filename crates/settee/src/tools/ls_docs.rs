@@ -22,8 +22,9 @@ use settee_client::{ChangesQuery, Db};
 use super::conn::{explain, ConnArgs};
 use super::jsonl::{is_design, write_doc};
 use super::progress::Progress;
-use super::source::{read_leaves, reader_db, stalled, ReadOptions};
+use super::stalled;
 use super::ToolError;
+use settee_replicator::read::{read_leaves, reader_db, ReadOptions};
 
 pub const EXAMPLES: &str = "Examples:
   settee ls-docs postal > postal.jsonl                 # winners of live docs, design docs excluded
@@ -215,6 +216,7 @@ async fn changes_mode<W: Write>(
                     all_docs: false,
                     include_docs: true,
                     longpoll_ms: None,
+                    filter: None,
                 })
                 .await
             {

@@ -20,10 +20,48 @@ pub mod mkdb;
 pub mod post_docs;
 pub mod progress;
 pub mod rmdb;
-pub mod sink;
-pub mod source;
 
 use std::process::ExitCode;
+use std::time::Duration;
+
+use settee_client::adapt::Sizer;
+use settee_replicator::write::{Report, WriteError};
+
+/// The writing half's reports, on stderr: each refused document as a JSON
+/// line (`id`, `error`, `reason`, `line`), stalls as a message.
+#[derive(Debug)]
+pub struct StderrReport;
+
+impl Report for StderrReport {
+    fn refused(&self, id: Option<&str>, line: Option<u64>, error: &str, reason: &str) {
+        use std::io::Write;
+        let mut v = serde_json::json!({"id": id, "error": error, "reason": reason});
+        if let Some(l) = line {
+            v["line"] = l.into();
+        }
+        let _ = writeln!(std::io::stderr().lock(), "{v}");
+    }
+    fn stalled(&self, message: &str) {
+        eprintln!("settee: {message}");
+    }
+}
+
+/// [`settee_replicator::read::stalled`], said on stderr.
+pub fn stalled(
+    e: settee_client::Error,
+    sizer: &mut Sizer,
+    stalls: &mut u32,
+) -> Result<Duration, settee_client::Error> {
+    let (pause, message) = settee_replicator::read::stalled(e, sizer, stalls)?;
+    eprintln!("settee: {message}");
+    Ok(pause)
+}
+
+impl From<WriteError> for ToolError {
+    fn from(e: WriteError) -> ToolError {
+        ToolError::Fatal(e.0)
+    }
+}
 
 /// The tool subcommands (flattened into the binary's command list).
 #[derive(clap::Subcommand, Debug)]

@@ -18,8 +18,8 @@ use serde_json::value::RawValue;
 use super::conn::{explain, ConnArgs};
 use super::jsonl::{parse_doc, read_line, Line, LINE_BYTES_MAX};
 use super::progress::Progress;
-use super::sink::{Sink, BATCH_DOCS_MAX};
 use super::ToolError;
+use settee_replicator::write::{Sink, BATCH_DOCS_MAX};
 
 pub const EXAMPLES: &str = "Examples:
   settee ls-docs postal -u 2000 | grep -v _design | settee post-docs testp -u 200 --new-edits=false
@@ -76,13 +76,14 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         args.new_edits,
         args.unit,
         client.options().retry,
+        std::sync::Arc::new(super::StderrReport),
     );
     let progress = Progress::new(None, 0);
     let t0 = Instant::now();
-    let mut result = Ok(());
+    let mut result: Result<(), ToolError> = Ok(());
     while let Some(chunk) = rx.recv().await {
         if let Err(e) = sink.write(&chunk.docs, Some(&chunk.lines)).await {
-            result = Err(e);
+            result = Err(e.into());
             break;
         }
         progress.inc(chunk.docs.len() as u64);

@@ -1,9 +1,9 @@
-//! The writing half shared by `post-docs` and `copy`: documents go to
-//! `_bulk_docs` in batches sized by a [`Sizer`].
+//! The writing half of replication, shared by the replicator, `post-docs`
+//! and `copy`: documents go to `_bulk_docs` in batches sized by a [`Sizer`].
 //!
 //! Invariants:
 //! - every document handed to [`Sink::write`] is either acknowledged by the
-//!   server, reported on stderr as a JSON line (`id`, `error`, `reason`,
+//!   server, reported to the sink's [`Report`] (`id`, `error`, `reason`,
 //!   and the input `line` when known), or the call returns a fatal error
 //!   naming how many documents were not written — never dropped silently;
 //! - a 413 or a stalled request (timeout) halves the batch and sends the
@@ -12,14 +12,39 @@
 //!   idempotent; with `new_edits=true` a resent batch that the server had
 //!   applied shows up as conflicts, which are reported.
 
-use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use settee_client::adapt::Sizer;
 use settee_client::{Db, RetryPolicy};
 
-use super::ToolError;
+/// A write that cannot go on: the message says how many documents were
+/// not written and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WriteError(pub String);
+
+/// Where a sink tells what it could not write and when it slowed down.
+pub trait Report: Send + Sync {
+    /// The target refused one document (`line`: its input line, if known).
+    fn refused(&self, id: Option<&str>, line: Option<u64>, error: &str, reason: &str);
+    /// A stalled request answered with smaller batches.
+    fn stalled(&self, message: &str);
+}
+
+/// A [`Report`] to the log (the replicator's).
+#[derive(Debug, Default)]
+pub struct LogReport;
+
+impl Report for LogReport {
+    fn refused(&self, id: Option<&str>, _line: Option<u64>, error: &str, reason: &str) {
+        tracing::warn!(?id, error, reason, "the target refused a document");
+    }
+    fn stalled(&self, message: &str) {
+        tracing::warn!("{message}");
+    }
+}
 
 /// Consecutive stalls at batch size 1 before giving up.
 const STALLS_MAX: u32 = 6;
@@ -32,6 +57,7 @@ pub const BATCH_BYTES_MAX: usize = 16 << 20;
 
 pub struct Sink {
     db: Db,
+    report: Arc<dyn Report>,
     new_edits: bool,
     pub sizer: Sizer,
     retry: RetryPolicy,
@@ -45,7 +71,13 @@ pub struct Sink {
 
 impl Sink {
     /// `batch`: a fixed size chosen by the user, or `None` for automatic.
-    pub fn new(db: Db, new_edits: bool, batch: Option<usize>, retry: RetryPolicy) -> Sink {
+    pub fn new(
+        db: Db,
+        new_edits: bool,
+        batch: Option<usize>,
+        retry: RetryPolicy,
+        report: Arc<dyn Report>,
+    ) -> Sink {
         let sizer = match batch {
             Some(n) => Sizer::fixed(n),
             None => Sizer::adaptive(
@@ -58,6 +90,7 @@ impl Sink {
         };
         Sink {
             db,
+            report,
             new_edits,
             sizer,
             // Timeouts are answered by shrinking, not by resending as is.
@@ -76,7 +109,7 @@ impl Sink {
         &mut self,
         docs: &[Box<RawValue>],
         lines: Option<&[u64]>,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), WriteError> {
         let mut i = 0;
         let mut stalls = 0u32;
         while i < docs.len() {
@@ -120,10 +153,10 @@ impl Sink {
                     if !self.sizer.shrink() && stalls >= STALLS_MAX {
                         return Err(self.fatal(docs.len() - i, lines.map(|l| l[i]), &e));
                     }
-                    eprintln!(
-                        "settee: write stalled ({e}); retrying with batches of {}",
+                    self.report.stalled(&format!(
+                        "write stalled ({e}); retrying with batches of {}",
                         self.sizer.size()
-                    );
+                    ));
                     tokio::time::sleep(self.retry.delay(stalls)).await;
                 }
                 Err(e) => return Err(self.fatal(docs.len() - i, lines.map(|l| l[i]), &e)),
@@ -132,11 +165,11 @@ impl Sink {
         Ok(())
     }
 
-    fn fatal(&self, left: usize, line: Option<u64>, e: &settee_client::Error) -> ToolError {
+    fn fatal(&self, left: usize, line: Option<u64>, e: &settee_client::Error) -> WriteError {
         let at = line
             .map(|l| format!(" from input line {l}"))
             .unwrap_or_default();
-        ToolError::Fatal(format!(
+        WriteError(format!(
             "{left} documents{at} not written ({} written, {} failed before): {e}",
             self.written, self.failed
         ))
@@ -150,10 +183,10 @@ impl Sink {
         chunk: &[Box<RawValue>],
         lines: Option<&[u64]>,
         results: &[settee_client::types::BulkDocsResult],
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), WriteError> {
         let errors: Vec<_> = results.iter().filter(|r| r.is_error()).collect();
         if self.new_edits && results.len() != chunk.len() {
-            return Err(ToolError::Fatal(format!(
+            return Err(WriteError(format!(
                 "_bulk_docs answered {} results for {} documents",
                 results.len(),
                 chunk.len()
@@ -191,12 +224,7 @@ impl Sink {
     }
 
     fn report(&self, id: Option<&str>, line: Option<u64>, error: &str, reason: &str) {
-        let mut v = serde_json::json!({"id": id, "error": error, "reason": reason});
-        if let Some(l) = line {
-            v["line"] = l.into();
-        }
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{v}");
+        self.report.refused(id, line, error, reason);
     }
 }
 

@@ -1,7 +1,10 @@
-//! The reading half shared by `ls-docs --revs` and `copy`: one page of the
-//! source's `_changes` (`style=all_docs`: every leaf revision, live,
-//! deleted or in conflict), then those leaves with their revision paths
-//! (`_bulk_get?revs=true`), ready for `_bulk_docs` with `new_edits=false`.
+//! The reading half of replication, shared by the replicator, `settee copy`
+//! and `ls-docs --revs`: one page of the source's `_changes`
+//! (`style=all_docs`: every leaf revision, live, deleted or in conflict;
+//! optionally filtered), the leaves the target lacks (`_revs_diff`), then
+//! those leaves with their revision paths (`_bulk_get?revs=true`, or
+//! `open_revs` from a source without `_bulk_get`), ready for `_bulk_docs`
+//! with `new_edits=false`.
 //!
 //! Invariants: `_local` documents never appear (the changes feed does not
 //! carry them, and ids starting with `_local/` are dropped defensively);
@@ -17,7 +20,7 @@ use settee_client::types::{BulkGetDoc, BulkGetResult};
 use std::time::Duration;
 
 use settee_client::adapt::Sizer;
-use settee_client::{ChangesQuery, Db, Error, RetryPolicy};
+use settee_client::{ChangesFilter, ChangesQuery, Db, Error, RetryPolicy};
 
 /// Most (id, rev) pairs in one `_bulk_get` (CouchDB's `max_bulk_get_count`).
 const BULK_GET_MAX: usize = 10_000;
@@ -41,8 +44,9 @@ pub fn reader_db(db: &Db) -> Db {
 }
 
 /// After a failed read: a stall (timeout) halves the page size and returns
-/// the pause before asking again; any other error is handed back.
-pub fn stalled(e: Error, sizer: &mut Sizer, stalls: &mut u32) -> Result<Duration, Error> {
+/// the pause before asking again with a message saying so; any other error
+/// is handed back.
+pub fn stalled(e: Error, sizer: &mut Sizer, stalls: &mut u32) -> Result<(Duration, String), Error> {
     if !e.is_timeout() {
         return Err(e);
     }
@@ -50,14 +54,15 @@ pub fn stalled(e: Error, sizer: &mut Sizer, stalls: &mut u32) -> Result<Duration
     if !sizer.shrink() && *stalls >= STALLS_MAX {
         return Err(e);
     }
-    eprintln!(
-        "settee: read stalled ({e}); retrying with pages of {}",
+    let message = format!(
+        "read stalled ({e}); retrying with pages of {}",
         sizer.size()
     );
-    Ok(RetryPolicy::default().delay(*stalls))
+    Ok((RetryPolicy::default().delay(*stalls), message))
 }
 
 /// One page read from the source.
+#[derive(Debug)]
 pub struct LeafPage {
     /// Leaf revisions with `_revisions`, in feed order.
     pub docs: Vec<Box<RawValue>>,
@@ -70,6 +75,10 @@ pub struct LeafPage {
     pub bytes: usize,
     /// Leaves the source could not return any more.
     pub skipped: usize,
+    /// Revisions the target was asked about (`_revs_diff`) and of those
+    /// the ones it lacked (CouchDB's `missing_checked`/`missing_found`).
+    pub missing_checked: usize,
+    pub missing_found: usize,
 }
 
 pub struct ReadOptions {
@@ -81,6 +90,11 @@ pub struct ReadOptions {
     /// Ask this target which leaves it lacks (`_revs_diff`) and read only
     /// those, as the replicator does.
     pub revs_diff_target: Option<Db>,
+    /// Only the source's changes this filter passes.
+    pub filter: Option<ChangesFilter>,
+    /// Only each document's winning revision (`winning_revs_only`), not
+    /// every leaf.
+    pub winning_only: bool,
 }
 
 impl ReadOptions {
@@ -90,6 +104,8 @@ impl ReadOptions {
             longpoll_ms: None,
             bulk_get: AtomicBool::new(true),
             revs_diff_target: None,
+            filter: None,
+            winning_only: false,
         }
     }
 }
@@ -139,16 +155,17 @@ pub async fn read_leaves(
         .changes(&ChangesQuery {
             since: since.clone(),
             limit: Some(limit),
-            all_docs: true,
+            all_docs: !opts.winning_only,
             include_docs: false,
             longpoll_ms: opts.longpoll_ms,
+            filter: opts.filter.clone(),
         })
         .await?;
     let rows = page.results.len();
     let mut wanted = Vec::new();
     let mut changes = 0;
     for c in &page.results {
-        if c.id.starts_with("_local/") || (opts.filter_design && super::jsonl::is_design(&c.id)) {
+        if c.id.starts_with("_local/") || (opts.filter_design && c.id.starts_with("_design/")) {
             continue;
         }
         changes += 1;
@@ -156,6 +173,7 @@ pub async fn read_leaves(
             wanted.push((c.id.clone(), r.rev.clone()));
         }
     }
+    let missing_checked = wanted.len();
     if let Some(target) = &opts.revs_diff_target {
         if !wanted.is_empty() {
             let mut ask: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
@@ -166,6 +184,7 @@ pub async fn read_leaves(
             wanted.retain(|(id, rev)| missing.get(id).is_some_and(|m| m.contains(rev)));
         }
     }
+    let missing_found = wanted.len();
     let mut docs = Vec::with_capacity(wanted.len());
     let mut bytes = 0;
     let mut skipped = 0;
@@ -227,5 +246,81 @@ pub async fn read_leaves(
         last_seq: page.last_seq,
         bytes,
         skipped,
+        missing_checked,
+        missing_found,
     })
+}
+
+/// Pages read ahead of the writer by [`read_loop`].
+pub const PAGES_QUEUED: usize = 2;
+/// How long one longpoll request waits for changes once caught up.
+pub const LONGPOLL_MS: u64 = 30_000;
+
+/// Reads pages from `since` into `tx` until the end of the feed (or,
+/// `continuous`, until `stop` turns true), adapting the page size with
+/// `sizer`; stalls are said through `on_stall`. Returns the last page size.
+/// The feed's position travels with each page (`last_seq`), so the writer
+/// checkpoints only what it wrote.
+#[allow(clippy::too_many_arguments)]
+pub async fn read_loop(
+    src: Db,
+    mut since: Value,
+    mut sizer: Sizer,
+    mut opts: ReadOptions,
+    continuous: bool,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    tx: tokio::sync::mpsc::Sender<LeafPage>,
+    on_stall: &(dyn Fn(&str) + Send + Sync),
+) -> Result<usize, Error> {
+    let mut caught_up = false;
+    let src = reader_db(&src);
+    let mut stalls = 0u32;
+    loop {
+        if *stop.borrow() {
+            return Ok(sizer.size());
+        }
+        let size = sizer.size();
+        opts.longpoll_ms = (continuous && caught_up).then_some(LONGPOLL_MS);
+        let t = std::time::Instant::now();
+        let page = tokio::select! {
+            r = read_leaves(&src, &since, size, &opts) => r,
+            _ = stop.changed() => return Ok(size),
+        };
+        let page = match page {
+            Ok(p) => {
+                stalls = 0;
+                p
+            }
+            Err(e) => {
+                let (pause, message) = stalled(e, &mut sizer, &mut stalls)?;
+                on_stall(&message);
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
+        if opts.longpoll_ms.is_none() {
+            sizer.observe(page.rows, page.bytes, t.elapsed());
+        }
+        let rows = page.rows;
+        let moved = page.last_seq != since;
+        since = page.last_seq.clone();
+        // A page whose changes were all left out (filters, `_local`)
+        // still moves the checkpoint forward.
+        if (rows > 0 || moved) && tx.send(page).await.is_err() {
+            return Ok(size); // the writer stopped; it reports why
+        }
+        if rows < size {
+            if !continuous {
+                return Ok(size);
+            }
+            caught_up = true;
+            if rows == 0 {
+                // An empty longpoll answer: poll again at once; a server
+                // that answers immediately is throttled a little.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            caught_up = false;
+        }
+    }
 }
