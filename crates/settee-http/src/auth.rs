@@ -104,6 +104,23 @@ pub fn user_doc_write(
         .to_string();
     settee_auth::users::check_write(&id, user, sec)?;
     settee_auth::users::before_write(doc, PBKDF2_ITERATIONS)?;
+    user_doc_validate(user, sec, db, doc)
+}
+
+/// The validation part of [`user_doc_write`] (CouchDB's `_users`
+/// validate function): in `_bulk_docs` its refusal is the document's own
+/// result, while the other checks fail the whole request.
+pub fn user_doc_validate(
+    user: &UserCtx,
+    sec: &SecurityObject,
+    db: &Database,
+    doc: &serde_json::Map<String, Value>,
+) -> ApiResult<()> {
+    let id = doc
+        .get("_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let old = live_doc(db, &id)?;
     let new = Value::Object(doc.clone());
     settee_auth::users::validate_with_security(&new, old.as_ref(), user, sec)?;

@@ -319,12 +319,16 @@ fn parse_doc(app: &App, text: &str, max_size: u64) -> ApiResult<Parsed> {
 }
 
 /// The documents of a `_bulk_docs` to the users database as they are to
-/// be written (see [`crate::auth::users_db_write`]).
+/// be written (see [`crate::auth::users_db_write`]), each with its
+/// validation verdict. As in CouchDB, a document the requester may not
+/// write at all (another user's: 404) or whose password is invalid fails
+/// the whole request; one the `_users` validation refuses (roles set by a
+/// non-admin…) is refused by itself.
 async fn users_db_docs(
     req: &Req,
     db: &settee_db::Database,
     docs: &[&RawValue],
-) -> ApiResult<Vec<Box<RawValue>>> {
+) -> ApiResult<Vec<(Box<RawValue>, ApiResult<()>)>> {
     let texts: Vec<String> = docs.iter().map(|d| d.get().to_string()).collect();
     let user = req.user.clone();
     let sec = crate::auth::db_security(req).into_owned();
@@ -334,16 +338,20 @@ async fn users_db_docs(
             .into_iter()
             .map(|text| {
                 let mut v: Value = serde_json::from_str(&text).map_err(body_error)?;
+                let mut verdict = Ok(());
                 if let Value::Object(m) = &mut v {
-                    let design = m
-                        .get("_id")
-                        .and_then(Value::as_str)
-                        .is_some_and(|id| id.starts_with("_design/") || id.starts_with("_local/"));
-                    if !design {
-                        crate::auth::user_doc_write(&user, &sec, &db, m)?;
+                    let id = m.get("_id").and_then(Value::as_str).unwrap_or_default();
+                    if !(id.starts_with("_design/") || id.starts_with("_local/")) {
+                        let id = id.to_string();
+                        settee_auth::users::check_write(&id, &user, &sec)?;
+                        settee_auth::users::before_write(m, crate::auth::PBKDF2_ITERATIONS)?;
+                        verdict = crate::auth::user_doc_validate(&user, &sec, &db, m);
                     }
                 }
-                RawValue::from_string(v.to_string()).map_err(body_error)
+                Ok((
+                    RawValue::from_string(v.to_string()).map_err(body_error)?,
+                    verdict,
+                ))
             })
             .collect()
     })
@@ -397,15 +405,15 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         ));
     }
     app.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
-    let users_docs;
+    let mut users_docs = Vec::new();
     let docs = if name == crate::auth::USERS_DB && new_edits {
-        // User documents: CouchDB's rules, passwords hashed (a refused
-        // document fails the whole request).
+        // User documents: CouchDB's rules, passwords hashed.
         users_docs = users_db_docs(req, &db, &docs).await?;
-        users_docs.iter().map(AsRef::as_ref).collect()
+        users_docs.iter().map(|(d, _)| d.as_ref()).collect()
     } else {
         docs
     };
+    let users_refused = users_docs.iter().any(|(_, v)| v.is_err());
     let mut place = Placement {
         slots: Vec::with_capacity(docs.len()),
         locals: Vec::new(),
@@ -424,6 +432,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     // Design documents from a writer who is not a database admin are
     // refused one by one (below), as CouchDB refuses them.
     let outcome: Result<Vec<DocResult>, BulkError> = if validators.is_none()
+        && !users_refused
         && require_design_writer(req).is_ok()
         && new_edits
         && !all_or_nothing
@@ -468,7 +477,19 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
                 Ok(p)
             })
             .collect::<ApiResult<Vec<Parsed>>>()?;
-        let mut engine_docs: Vec<Doc> = parsed.into_iter().filter_map(|p| place.place(p)).collect();
+        let mut user_verdicts = Vec::new();
+        let mut engine_docs = Vec::with_capacity(parsed.len());
+        for (i, p) in parsed.into_iter().enumerate() {
+            if let Some(doc) = place.place(p) {
+                engine_docs.push(doc);
+                if users_refused {
+                    user_verdicts.push(users_docs[i].1.clone());
+                }
+            }
+        }
+        if users_refused {
+            engine_docs = place.refuse(engine_docs, user_verdicts);
+        }
         if engine_docs.iter().any(|d| d.id.starts_with("_design/")) {
             // Design documents whose functions do not compile are refused.
             let mut verdicts = Vec::with_capacity(engine_docs.len());
