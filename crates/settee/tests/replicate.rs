@@ -1,0 +1,378 @@
+//! `POST /_replicate`, `_scheduler/jobs` and `_active_tasks` through the
+//! real server: one-shot replications that copy every leaf revision
+//! (conflicts, deletions, design documents, attachments) and nothing else
+//! (`_local` documents, `_security`); checkpoints on both ends that the
+//! next run resumes from; filters; continuous jobs and their cancellation;
+//! a second server as a remote endpoint; and the refusals. CouchDB's exact
+//! answers are the conformance goldens (tests/conformance/scenarios/
+//! replicate.scn).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Resp, Server, ADMIN};
+use serde_json::{json, Value};
+
+fn replicate(s: &Server, body: Value) -> Resp {
+    s.admin("POST", "/_replicate", Some(&body.to_string()))
+}
+
+fn ok(r: Resp) -> Value {
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+fn bulk(s: &Server, db: &str, body: Value) {
+    let r = s.admin(
+        "POST",
+        &format!("/{db}/_bulk_docs"),
+        Some(&body.to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+}
+
+/// Every document with all its leaf revisions, as the server has them.
+fn leaves(s: &Server, db: &str) -> Vec<(String, Value)> {
+    let all = s
+        .admin("GET", &format!("/{db}/_changes?style=all_docs"), None)
+        .json();
+    let mut out = Vec::new();
+    for row in all["results"].as_array().unwrap() {
+        let id = row["id"].as_str().unwrap().to_string();
+        // (`_design/d` as it is: `_design%2Fd` is redirected.)
+        let path = format!("/{db}/{id}?open_revs=all&revs=true");
+        let r = s.raw("GET", &path, true, &[("Accept", "application/json")], None);
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        let mut docs: Vec<Value> = r.json().as_array().unwrap().clone();
+        docs.sort_by_key(|d| d["ok"]["_rev"].as_str().unwrap_or_default().to_string());
+        out.push((id, Value::Array(docs)));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn seed(s: &Server, db: &str) {
+    s.create_db(db);
+    bulk(
+        s,
+        db,
+        json!({"docs": [
+            {"_id": "a", "v": 1},
+            {"_id": "b", "v": 2, "_attachments": {"t.txt": {"content_type": "text/plain", "data": "aGVsbG8="}}},
+            {"_id": "_design/d", "filters": {"odd": "function(doc, req) { return doc.v % 2 == Number(req.query.r); }"}},
+            {"_id": "_local/l", "x": 1}
+        ]}),
+    );
+    // A conflict and a deleted document.
+    bulk(
+        s,
+        db,
+        json!({"new_edits": false, "docs": [
+            {"_id": "a", "_rev": "1-ffffffffffffffffffffffffffffffff", "v": 9},
+            {"_id": "gone", "_rev": "2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "_deleted": true,
+             "_revisions": {"start": 2, "ids": ["bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]}}
+        ]}),
+    );
+    let r = s.admin(
+        "PUT",
+        &format!("/{db}/_security"),
+        Some(r#"{"members":{"names":["someone"]}}"#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn one_shot_copies_every_leaf_and_resumes_from_its_checkpoint() {
+    let s = Server::start();
+    seed(&s, "src");
+    let out = ok(replicate(
+        &s,
+        json!({"source": "src", "target": "dst", "create_target": true}),
+    ));
+    assert_eq!(out["ok"], json!(true));
+    assert_eq!(out["replication_id_version"], json!(4));
+    let h = &out["history"][0];
+    assert_eq!(h["session_id"], out["session_id"]);
+    assert_eq!(h["docs_written"], json!(5), "{out}");
+    assert_eq!(h["doc_write_failures"], json!(0));
+    assert_eq!(h["start_last_seq"], json!(0));
+    assert_eq!(leaves(&s, "src"), leaves(&s, "dst"));
+    // The attachment's bytes, the conflict, the deletion.
+    let r = s.admin("GET", "/dst/b/t.txt", None);
+    assert_eq!((r.status, r.body.as_str()), (200, "hello"));
+    let a = s.admin("GET", "/dst/a?conflicts=true", None).json();
+    assert_eq!(a["_conflicts"].as_array().map(Vec::len), Some(1), "{a}");
+    assert_eq!(s.admin("GET", "/dst/gone", None).status, 404);
+    // Not copied: `_local` documents and the security object.
+    assert_eq!(s.admin("GET", "/dst/_local/l", None).status, 404);
+    // (the target has its own default one: admin-only).
+    let sec = s.admin("GET", "/dst/_security", None).json();
+    assert_eq!(sec["members"], json!({"roles": ["_admin"]}), "{sec}");
+
+    // Both ends hold the same checkpoint, named by the replication id.
+    let ck = |db: &str| {
+        let rows = s
+            .admin("GET", &format!("/{db}/_local_docs?include_docs=true"), None)
+            .json();
+        rows["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] != json!("_local/l"))
+            .map(|r| r["doc"].clone())
+            .expect("a checkpoint")
+    };
+    let (src_ck, dst_ck) = (ck("src"), ck("dst"));
+    assert_eq!(src_ck["session_id"], out["session_id"]);
+    assert_eq!(src_ck["session_id"], dst_ck["session_id"]);
+    assert_eq!(src_ck["_id"], dst_ck["_id"]);
+    assert_eq!(src_ck["source_last_seq"], out["source_last_seq"]);
+
+    // Nothing new: no_changes, the same session answered.
+    let again = ok(replicate(&s, json!({"source": "src", "target": "dst"})));
+    assert_eq!(again["no_changes"], json!(true), "{again}");
+    assert_eq!(again["session_id"], out["session_id"]);
+
+    // New changes: a new session continuing from the checkpoint.
+    bulk(&s, "src", json!({"docs": [{"_id": "c"}, {"_id": "d"}]}));
+    let next = ok(replicate(&s, json!({"source": "src", "target": "dst"})));
+    let hist = next["history"].as_array().unwrap();
+    assert_eq!(hist.len(), 2, "{next}");
+    assert_eq!(hist[0]["start_last_seq"], out["source_last_seq"]);
+    assert_eq!(hist[0]["docs_written"], json!(2));
+    assert_eq!(hist[1]["session_id"], out["session_id"]);
+    assert_eq!(leaves(&s, "src"), leaves(&s, "dst"));
+
+    // A replication whose checkpoints disagree starts over (and writes
+    // nothing new: the target has every revision).
+    let id = dst_ck["_id"].as_str().unwrap().to_string();
+    let r = s.admin(
+        "DELETE",
+        &format!("/dst/{id}?rev={}", ck("dst")["_rev"].as_str().unwrap()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let over = ok(replicate(&s, json!({"source": "src", "target": "dst"})));
+    assert_eq!(over["history"][0]["start_last_seq"], json!(0), "{over}");
+    assert_eq!(over["history"][0]["docs_written"], json!(0));
+    assert_eq!(over["history"][0]["missing_found"], json!(0));
+    s.stop();
+}
+
+#[test]
+fn filters_choose_the_documents() {
+    let s = Server::start();
+    seed(&s, "src");
+    let ids = |db: &str| -> Vec<String> {
+        let all = s.admin("GET", &format!("/{db}/_all_docs"), None).json();
+        all["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    ok(replicate(
+        &s,
+        json!({"source": "src", "target": "t1", "create_target": true, "doc_ids": ["b", "nope"]}),
+    ));
+    assert_eq!(ids("t1"), vec!["b"]);
+    ok(replicate(
+        &s,
+        json!({"source": "src", "target": "t2", "create_target": true, "selector": {"v": {"$gt": 1}}}),
+    ));
+    assert_eq!(ids("t2"), vec!["a", "b"], "a's conflict has v 9");
+    ok(replicate(
+        &s,
+        json!({"source": "src", "target": "t3", "create_target": true, "filter": "d/odd", "query_params": {"r": "0"}}),
+    ));
+    assert_eq!(ids("t3"), vec!["b"]);
+    // Only winning revisions: a arrives without its conflict.
+    ok(replicate(
+        &s,
+        json!({"source": "src", "target": "t4", "create_target": true, "winning_revs_only": true}),
+    ));
+    let a = s.admin("GET", "/t4/a?conflicts=true", None).json();
+    assert!(a.get("_conflicts").is_none(), "{a}");
+    // Filtered replications are other replications: other checkpoints.
+    let t1 = s.admin("GET", "/src/_local_docs", None).json();
+    assert_eq!(t1["rows"].as_array().unwrap().len(), 5, "{t1}");
+    // A filter whose design document is missing.
+    let r = replicate(
+        &s,
+        json!({"source": "src", "target": "t5", "create_target": true, "filter": "nope/f"}),
+    );
+    assert_eq!(
+        (r.status, r.error()),
+        (404, "not_found".to_string()),
+        "{r:?}"
+    );
+    s.stop();
+}
+
+#[test]
+fn continuous_jobs_follow_the_source_until_cancelled() {
+    let s = Server::start();
+    seed(&s, "src");
+    let body = json!({"source": "src", "target": "live", "create_target": true, "continuous": true, "checkpoint_interval": 200});
+    let started = ok(replicate(&s, body.clone()));
+    let id = started["_local_id"].as_str().unwrap().to_string();
+    assert!(id.ends_with("+continuous+create_target"), "{id}");
+    // Starting the same job again answers the running one.
+    assert_eq!(ok(replicate(&s, body.clone()))["_local_id"], json!(id));
+    bulk(&s, "src", json!({"docs": [{"_id": "later", "v": 5}]}));
+    wait_until("the new document on the target", || {
+        s.admin("GET", "/live/later", None).status == 200
+    });
+    let jobs = s.admin("GET", "/_scheduler/jobs", None).json();
+    assert_eq!(jobs["total_rows"], json!(1), "{jobs}");
+    assert_eq!(jobs["jobs"][0]["id"], json!(id));
+    assert!(jobs["jobs"][0]["source"]
+        .as_str()
+        .unwrap()
+        .ends_with("/src/"));
+    assert!(!jobs.to_string().contains(ADMIN.1), "no password in {jobs}");
+    let tasks = s.admin("GET", "/_active_tasks", None).json();
+    let task = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type"] == json!("replication"))
+        .cloned()
+        .expect("a replication task");
+    assert_eq!(task["replication_id"], json!(id));
+    assert_eq!(task["continuous"], json!(true));
+    assert!(task["docs_written"].as_u64().unwrap() >= 6, "{task}");
+    // Anonymous requests see no jobs.
+    assert_eq!(s.anon("GET", "/_scheduler/jobs", None).status, 401);
+
+    // A checkpoint is written while the job runs (every 200 ms here).
+    wait_until("a checkpoint on the target", || {
+        let base = id.split('+').next().unwrap();
+        s.admin("GET", &format!("/live/_local/{base}"), None).status == 200
+    });
+    let mut cancel = body.clone();
+    cancel["cancel"] = json!(true);
+    assert_eq!(ok(replicate(&s, cancel.clone()))["_local_id"], json!(id));
+    assert_eq!(
+        s.admin("GET", "/_scheduler/jobs", None).json()["total_rows"],
+        json!(0)
+    );
+    let r = replicate(&s, cancel);
+    assert_eq!(
+        (r.status, r.json()["reason"].clone()),
+        (404, json!("missing"))
+    );
+    let r = replicate(&s, json!({"replication_id": "0123abc", "cancel": true}));
+    assert_eq!(r.status, 404, "{r:?}");
+    // A stopped job copies nothing more.
+    bulk(&s, "src", json!({"docs": [{"_id": "after-cancel"}]}));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.admin("GET", "/live/after-cancel", None).status, 404);
+    // Cancel by id (as `_scheduler/jobs` names it).
+    let started = ok(replicate(&s, body));
+    let by_id = ok(replicate(
+        &s,
+        json!({"replication_id": started["_local_id"], "cancel": true}),
+    ));
+    assert_eq!(by_id["_local_id"], started["_local_id"]);
+    s.stop();
+}
+
+#[test]
+fn between_two_servers_both_ways() {
+    let a = Server::start();
+    let b = Server::start();
+    seed(&a, "here");
+    let remote =
+        |s: &Server, db: &str| format!("http://{}:{}@127.0.0.1:{}/{db}", ADMIN.0, ADMIN.1, s.port);
+    // Push (remote target), then pull back into a third database.
+    let out = ok(replicate(
+        &a,
+        json!({"source": "here", "target": remote(&b, "there"), "create_target": true}),
+    ));
+    assert_eq!(out["history"][0]["docs_written"], json!(5));
+    assert_eq!(leaves(&a, "here"), leaves(&b, "there"));
+    ok(replicate(
+        &b,
+        json!({"source": "there", "target": {"url": format!("http://127.0.0.1:{}/back", a.port), "auth": {"basic": {"username": ADMIN.0, "password": ADMIN.1}}}, "create_target": true}),
+    ));
+    assert_eq!(leaves(&a, "here"), leaves(&a, "back"));
+    // Wrong credentials on the remote end.
+    let r = replicate(
+        &a,
+        json!({"source": "here", "target": format!("http://admin:wrong@127.0.0.1:{}/there", b.port)}),
+    );
+    assert_eq!(
+        (r.status, r.error()),
+        (401, "unauthorized".to_string()),
+        "{r:?}"
+    );
+    // A server that is not there.
+    let r = replicate(
+        &a,
+        json!({"source": "here", "target": "http://127.0.0.1:9/x", "retries_per_request": 0}),
+    );
+    assert_eq!(r.status, 500, "{r:?}");
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn refusals() {
+    let s = Server::start();
+    s.create_db("src");
+    let bad = |body: &str| {
+        let r = s.admin("POST", "/_replicate", Some(body));
+        assert_eq!(r.status, 400, "{body}: {r:?}");
+        r.json()["reason"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(bad("[]"), "Request body must be a JSON object");
+    assert_eq!(bad("{"), "invalid UTF-8 JSON");
+    assert!(bad(r#"{"source":"src","target":"t","continuous":"yes"}"#).contains("boolean"));
+    assert!(bad(r#"{"source":"src","target":"t","doc_ids":"a"}"#).contains("array"));
+    assert!(
+        bad(r#"{"source":"src","target":"t","doc_ids":["a"],"selector":{}}"#)
+            .contains("mutually exclusive")
+    );
+    assert!(bad(r#"{"source":"src","target":"t","filter":"x"}"#).contains("ddocname/filtername"));
+    assert!(bad(r#"{"source":"ftp://h/x","target":"t"}"#).contains("http"));
+    assert!(bad(r#"{"target":"t"}"#).contains("source"));
+    // Missing databases.
+    let r = replicate(&s, json!({"source": "src", "target": "nope"}));
+    assert_eq!(
+        (r.status, r.error()),
+        (404, "db_not_found".to_string()),
+        "{r:?}"
+    );
+    let r = replicate(&s, json!({"source": "nope", "target": "src"}));
+    assert_eq!(r.status, 404, "{r:?}");
+    assert!(
+        r.json()["reason"].as_str().unwrap().ends_with("/nope/"),
+        "{r:?}"
+    );
+    // Only POST.
+    assert_eq!(s.admin("GET", "/_replicate", None).status, 405);
+    // A replication runs with its requester's rights: an anonymous
+    // requester cannot read an admin-only database through it.
+    let r = s.anon(
+        "POST",
+        "/_replicate",
+        Some(r#"{"source":"src","target":"t9","create_target":true}"#),
+    );
+    assert_eq!(r.status, 401, "{r:?}");
+    assert_eq!(s.admin("GET", "/t9", None).status, 404);
+    s.stop();
+}
