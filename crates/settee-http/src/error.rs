@@ -359,8 +359,9 @@ impl From<settee_replicator::RepError> for ApiError {
                 "forbidden",
                 "local_endpoints_not_supported",
             ),
+            // CouchDB answers a missing endpoint database with a 500.
             R::DbNotFound(url) => ApiError::new(
-                StatusCode::NOT_FOUND,
+                StatusCode::INTERNAL_SERVER_ERROR,
                 "db_not_found",
                 format!("could not open {url}"),
             ),

@@ -26,6 +26,7 @@ pub mod error;
 pub mod idle_poll;
 pub mod linger;
 pub mod render;
+pub mod replicator_db;
 pub mod request;
 pub mod routes;
 pub mod server;

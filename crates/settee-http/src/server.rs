@@ -110,6 +110,8 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         let _ = app.local_addr.set(addr);
     }
+    // The `_replicator` database's jobs run while the server serves.
+    let follower = tokio::spawn(Arc::clone(&app.replicator_docs).follow(app.closing.subscribe()));
     let permits = Arc::new(Semaphore::new(opts.max_connections.max(1)));
     let threads = if opts.threads == 0 {
         std::thread::available_parallelism().map_or(1, usize::from)
@@ -172,9 +174,10 @@ pub async fn serve(
     }
     // Running replications write their last checkpoints while the
     // connection threads still serve (bounded).
+    app.closing.send_replace(true);
+    let _ = follower.await;
     app.replicator.stop_all().await;
     drop(listener);
-    app.closing.send_replace(true);
     // The threads see their channels close, wait (bounded) for their
     // connections and return; joining them must not block this runtime.
     drop(senders);

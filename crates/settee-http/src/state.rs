@@ -97,6 +97,8 @@ pub struct AppState {
     pub security: Mutex<HashMap<String, ParsedSecurity>>,
     /// The replications this server runs (`_replicate`, `_scheduler`).
     pub replicator: Arc<settee_replicator::Scheduler>,
+    /// The jobs of the `_replicator` database's documents.
+    pub replicator_docs: Arc<crate::replicator_db::Manager>,
     /// The address the server listens on (set by [`crate::serve`]): local
     /// database names in a replication are reached through it.
     pub local_addr: std::sync::OnceLock<std::net::SocketAddr>,
@@ -145,7 +147,15 @@ impl AppState {
         if let Err(e) = views.start_auto_update(engine.clone(), std::time::Duration::from_secs(1)) {
             tracing::warn!(error = %e, "cannot start background view updates");
         }
-        let server_uuid_for_jobs = server_uuid.clone();
+        let scheduler = Arc::new(settee_replicator::Scheduler::new(
+            server_uuid.clone(),
+            NODE_NAME.to_string(),
+        ));
+        let replicator_docs = Arc::new(crate::replicator_db::Manager::new(
+            engine.clone(),
+            Arc::clone(&scheduler),
+            NODE_NAME.to_string(),
+        ));
         Ok(Arc::new(AppState {
             engine,
             auth: Auth::new(config.clone()),
@@ -160,10 +170,8 @@ impl AppState {
             views,
             design: Design::new(Arc::clone(&js), DesignConfig::default()),
             security: Mutex::new(HashMap::new()),
-            replicator: Arc::new(settee_replicator::Scheduler::new(
-                server_uuid_for_jobs,
-                NODE_NAME.to_string(),
-            )),
+            replicator: Arc::clone(&scheduler),
+            replicator_docs,
             local_addr: std::sync::OnceLock::new(),
             js,
         }))

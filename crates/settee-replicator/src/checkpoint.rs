@@ -62,6 +62,8 @@ pub struct Log {
     /// The last document written, for the answer of a replication that
     /// had nothing to do (`no_changes`).
     pub last_doc: Option<Value>,
+    /// The counts of the session resumed (CouchDB's go on from them).
+    pub resumed: Stats,
 }
 
 fn rev_of(doc: &Option<Value>) -> Option<String> {
@@ -82,8 +84,24 @@ fn history(doc: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+impl Stats {
+    /// The counts of a history entry.
+    pub fn from_entry(e: &Value) -> Stats {
+        let n = |k: &str| e.get(k).and_then(Value::as_u64).unwrap_or(0);
+        Stats {
+            missing_checked: n("missing_checked"),
+            missing_found: n("missing_found"),
+            docs_read: n("docs_read"),
+            docs_written: n("docs_written"),
+            doc_write_failures: n("doc_write_failures"),
+            bulk_get_docs: n("bulk_get_docs"),
+            bulk_get_attempts: n("bulk_get_attempts"),
+        }
+    }
+}
+
 /// Where two checkpoint documents agree: the sequence to start from and
-/// the history to continue.
+/// the history to continue (its first entry is the session resumed).
 pub fn compare(src: &Value, dst: &Value) -> (Value, Vec<Value>) {
     if let (Some(a), Some(b)) = (session(src), session(dst)) {
         if a == b {
@@ -139,7 +157,9 @@ impl Log {
             (Some(s), Some(d)) => compare(s, d),
             _ => (json!(0), vec![]),
         };
+        let resumed = history.first().map(Stats::from_entry).unwrap_or_default();
         Ok(Log {
+            resumed,
             id: id.to_string(),
             session_id: new_session_id(),
             source_rev: rev_of(&s),
@@ -273,6 +293,7 @@ mod tests {
             start_seq: json!(0),
             recorded_seq: None,
             last_doc: None,
+            resumed: Stats::default(),
         };
         let doc = log.document(&json!(3), &Stats::default());
         assert_eq!(doc["history"].as_array().map(Vec::len), Some(HISTORY_MAX));

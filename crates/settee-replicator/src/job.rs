@@ -117,10 +117,10 @@ async fn filter_code(src: &Db, filter: &Filter) -> Result<Option<String>, RepErr
     }
     let (ddoc, fname) = name.split_once('/').unwrap_or((name, ""));
     let id = format!("_design/{ddoc}");
+    let shown = format!("{}/", src.display().trim_end_matches('/'));
     let missing = || {
         RepError::NotFound(format!(
-            "Couldn't open document `{id}` from source database `{}/`",
-            src.display().trim_end_matches('/')
+            "Couldn't open document `{id}` from source database `{shown}`: {{error,<<\"not_found\">>}}"
         ))
     };
     let doc = src
@@ -135,7 +135,7 @@ async fn filter_code(src: &Db, filter: &Filter) -> Result<Option<String>, RepErr
     {
         Some(code) => Ok(Some(code.to_string())),
         None => Err(RepError::NotFound(format!(
-            "Could not find filter `{fname}` in design document `{id}`"
+            "Couldn't parse filter code from document {ddoc} on `{shown}`  Error: {{not_found,<<\"missing json key: {fname}\">>}}"
         ))),
     }
 }
@@ -263,7 +263,10 @@ pub async fn run(
         p.target.retry(),
         Arc::new(LogReport),
     );
-    let mut stats = Stats::default();
+    // A resumed replication's counts go on from its checkpoint's.
+    let mut stats = log.resumed.clone();
+    let base_written = stats.docs_written;
+    let base_failed = stats.doc_write_failures;
     let mut last_seq = log.start_seq.clone();
     let mut last_checkpoint = Instant::now();
     let tick = spec.checkpoint_interval.min(Duration::from_secs(3600));
@@ -283,10 +286,11 @@ pub async fn run(
             stats.missing_checked += page.missing_checked as u64;
             stats.missing_found += page.missing_found as u64;
             stats.docs_read += page.docs.len() as u64;
+            // CouchDB counts both per document read.
             stats.bulk_get_docs += page.docs.len() as u64;
-            stats.bulk_get_attempts += u64::from(!page.docs.is_empty());
-            stats.docs_written = sink.written;
-            stats.doc_write_failures = sink.failed;
+            stats.bulk_get_attempts += page.docs.len() as u64;
+            stats.docs_written = base_written + sink.written;
+            stats.doc_write_failures = base_failed + sink.failed;
             last_seq = page.last_seq;
             let mut st = status.lock();
             st.stats = stats.clone();
@@ -309,7 +313,7 @@ pub async fn run(
         Ok(Err(e)) => return Err(RepError::from_client(e, &p.source)),
         Err(e) => return Err(RepError::Failed(format!("reader task failed: {e}"))),
     }
-    let moved = last_seq != log.start_seq || stats.docs_read > 0;
+    let moved = last_seq != log.start_seq || sink.written + sink.failed > 0;
     if !moved {
         if let Some(doc) = log.last_doc.clone() {
             return Ok(answer(&doc, true));
@@ -323,5 +327,14 @@ pub async fn run(
         status.lock().checkpointed_seq = last_seq.clone();
     }
     let doc = log.last_doc.clone().unwrap_or(Value::Null);
-    Ok(answer(&doc, false))
+    let mut out = answer(&doc, false);
+    if matches!(spec.filter, Filter::DocIds(_)) {
+        // CouchDB sums a `doc_ids` replication up at the top too.
+        out["start_time"] = json!(log.start_time);
+        out["end_time"] = json!(crate::checkpoint::http_date());
+        out["docs_read"] = json!(stats.docs_read);
+        out["docs_written"] = json!(stats.docs_written);
+        out["doc_write_failures"] = json!(stats.doc_write_failures);
+    }
+    Ok(out)
 }

@@ -31,6 +31,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 struct Entry {
+    /// The `_replicator` document that runs the job, if one does.
+    doc_id: Option<String>,
     spec: Spec,
     continuous: bool,
     user: Option<String>,
@@ -57,7 +59,8 @@ pub struct Scheduler {
     jobs: Mutex<BTreeMap<String, Entry>>,
 }
 
-fn iso_now() -> String {
+/// Now as CouchDB's scheduler writes times (`2026-11-25T07:20:36Z`).
+pub fn iso_now() -> String {
     let secs = unix_now();
     let days = secs / 86_400;
     let rem = secs % 86_400;
@@ -122,6 +125,7 @@ impl Scheduler {
             jobs.insert(
                 id.clone(),
                 Entry {
+                    doc_id: None,
                     spec: spec.clone(),
                     continuous: spec.continuous,
                     user,
@@ -172,6 +176,98 @@ impl Scheduler {
         Ok(json!({"ok": true, "_local_id": id}))
     }
 
+    /// Runs the job of a `_replicator` document until it ends (one-shot)
+    /// or `stop` turns true; `report(state, replication id, error)` is told
+    /// of every change of state. Failures to start or of a continuous job
+    /// are retried with backoff (state `crashing`); an invalid definition
+    /// or a failed one-shot run is the result.
+    pub async fn run_doc_job(
+        &self,
+        spec: Spec,
+        user: Option<String>,
+        doc_id: String,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        report: &(dyn Fn(&str, Option<&str>, Option<&str>) + Send + Sync),
+    ) -> Result<Value, RepError> {
+        let mut backoff = BACKOFF_FIRST;
+        let mut registered: Option<String> = None;
+        let status = Arc::new(Mutex::new(Status::default()));
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let result = loop {
+            if *stop.borrow() {
+                break Err(RepError::Failed("stopped".into()));
+            }
+            let attempt = async {
+                let client = job::client_for(&spec)?;
+                job::prepare(&spec, &client, &self.server_uuid).await
+            }
+            .await;
+            let err = match attempt {
+                Ok(prepared) => {
+                    if registered.is_none() {
+                        let taken = {
+                            let mut jobs = self.jobs.lock();
+                            if jobs.contains_key(&prepared.full_id) || jobs.len() >= JOBS_MAX {
+                                false
+                            } else {
+                                // The scheduler's stop signal is the document's.
+                                let (own_stop, _) = tokio::sync::watch::channel(false);
+                                jobs.insert(
+                                    prepared.full_id.clone(),
+                                    Entry {
+                                        doc_id: Some(doc_id.clone()),
+                                        spec: spec.clone(),
+                                        continuous: spec.continuous,
+                                        user: user.clone(),
+                                        started: iso_now(),
+                                        status: status.clone(),
+                                        stop: own_stop,
+                                        done: done_rx.clone(),
+                                    },
+                                );
+                                true
+                            }
+                        };
+                        if !taken {
+                            report(
+                                "crashing",
+                                Some(&prepared.full_id),
+                                Some("duplicate or too many jobs"),
+                            );
+                            tokio::select! {
+                                _ = tokio::time::sleep(backoff) => {}
+                                _ = stop.changed() => {}
+                            }
+                            backoff = (backoff * 2).min(BACKOFF_MAX);
+                            continue;
+                        }
+                        registered = Some(prepared.full_id.clone());
+                    }
+                    report("running", Some(&prepared.full_id), None);
+                    match job::run(&spec, &prepared, stop.clone(), &status).await {
+                        Ok(out) => break Ok(out),
+                        Err(e) if !spec.continuous => break Err(e),
+                        Err(e) => e,
+                    }
+                }
+                Err(e @ (RepError::BadRequest(_) | RepError::LocalEndpoint)) => break Err(e),
+                Err(e) => e,
+            };
+            report("crashing", None, Some(&err.to_string()));
+            status.lock().state = "crashing";
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => {}
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        };
+        if let Some(id) = registered {
+            self.jobs.lock().remove(&id);
+        }
+        let _ = done_tx.send(true);
+        result
+    }
+
     /// Stops the job named by `replication_id` or by the same definition.
     async fn cancel(&self, spec: &Spec) -> Result<Value, RepError> {
         let id = match &spec.replication_id {
@@ -183,7 +279,9 @@ impl Scheduler {
         };
         let found = {
             let jobs = self.jobs.lock();
+            // A `_replicator` document's job stops with its document.
             jobs.iter()
+                .filter(|(_, e)| e.doc_id.is_none())
                 .find(|(k, _)| **k == id || k.split('+').next() == Some(id.as_str()))
                 .map(|(k, e)| (k.clone(), e.stop.clone(), e.done.clone()))
         };
@@ -211,13 +309,13 @@ impl Scheduler {
                     );
                 }
                 json!({
-                    "database": null,
+                    "database": e.doc_id.as_ref().map(|_| "_replicator"),
+                    "doc_id": e.doc_id,
                     "id": id,
                     "pid": null,
                     "source": e.spec.source.display(),
                     "target": e.spec.target.display(),
                     "user": e.user,
-                    "doc_id": null,
                     "info": null,
                     "history": history,
                     "node": self.node,
@@ -244,8 +342,8 @@ impl Scheduler {
                     "target": e.spec.target.display(),
                     "continuous": e.continuous,
                     "user": e.user,
-                    "database": null,
-                    "doc_id": null,
+                    "database": e.doc_id.as_ref().map(|_| "_replicator"),
+                    "doc_id": e.doc_id,
                     "docs_read": st.stats.docs_read,
                     "docs_written": st.stats.docs_written,
                     "doc_write_failures": st.stats.doc_write_failures,

@@ -174,6 +174,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     settee_http::auth::ensure_secret(&config)?;
     settee_http::auth::ensure_users_db(&engine)
         .map_err(|e| format!("cannot create the _users database: {e}"))?;
+    settee_http::replicator_db::ensure_replicator_db(&engine)
+        .map_err(|e| format!("cannot create the _replicator database: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -237,6 +237,7 @@ pub async fn write_with_atts(
     let too_large = too_large(&map);
     map.insert("_id".to_string(), Value::String(id.to_string()));
     let map = crate::auth::users_db_write(req, db, map, new_edits).await?;
+    let map = crate::replicator_db::before_write(&req.user, db, map, new_edits)?;
     let mut doc = Doc::from_json(Value::Object(map), || id.to_string())?;
     if doc.body.len() as u64 > req.settings.max_document_size {
         return Err(too_large);

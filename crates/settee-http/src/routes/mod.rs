@@ -65,6 +65,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         ["_session"] => server::session(app, req).await,
         ["_replicate"] => replicate::replicate(app, req).await,
         ["_scheduler", "jobs"] => replicate::scheduler_jobs(app, req),
+        ["_scheduler", "docs", rest @ ..] => replicate::scheduler_docs(app, req, rest),
         ["_active_tasks"] => server::active_tasks(app, req),
         ["_membership"] => server::membership(req),
         ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,

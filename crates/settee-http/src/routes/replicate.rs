@@ -54,18 +54,42 @@ fn local(app: &App, req: &Req) -> ApiResult<Local> {
 
 pub async fn replicate(app: &App, req: &mut Req) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
+    if req.user.name.is_none() {
+        return Err(ApiError::unauthorized("You are not an authenticated user"));
+    }
     let body: Value = Value::Object(req.json_object().await?);
     let local = local(app, req)?;
     let spec = Spec::parse(&body, Some(&local))?;
+    // A continuous job started answers 202, as CouchDB.
+    let status = if spec.continuous && !spec.cancel {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
     let out = app
         .replicator
         .replicate(spec, req.user.name.clone())
         .await?;
-    Ok(json_value(StatusCode::OK, &out))
+    Ok(json_value(status, &out))
 }
 
 pub fn scheduler_jobs(app: &App, req: &Req) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
     require_admin(&req.user)?;
     Ok(json_value(StatusCode::OK, &app.replicator.jobs_json()))
+}
+
+/// `GET /_scheduler/docs`, `…/docs/_replicator`, `…/docs/_replicator/DOCID`.
+pub fn scheduler_docs(app: &App, req: &Req, rest: &[&str]) -> ApiResult<Response> {
+    allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
+    require_admin(&req.user)?;
+    let out = match rest {
+        [] | ["_replicator"] => app.replicator_docs.docs_json(None),
+        ["_replicator", doc_id] => app.replicator_docs.docs_json(Some(doc_id)),
+        _ => None,
+    };
+    match out {
+        Some(v) => Ok(json_value(StatusCode::OK, &v)),
+        None => Err(ApiError::not_found("missing")),
+    }
 }
