@@ -31,7 +31,8 @@ impl Body {
         Body("{}".to_string())
     }
 
-    /// Serializes a map whose keys the caller has checked (no `_` members).
+    /// Serializes a map whose keys the caller has checked (no special
+    /// members).
     fn from_checked_map(map: &Map<String, Value>) -> Body {
         // Serializing a map of JSON values to a String cannot fail.
         Body(serde_json::to_string(map).expect("JSON map serializes"))
@@ -43,11 +44,12 @@ impl Body {
         Body(text)
     }
 
-    /// Builds a body from a JSON object without special members.
+    /// Builds a body from a JSON object without special members (but
+    /// [`BODY_SPECIALS`]).
     pub fn from_value(value: Value) -> Result<Body, DocError> {
         match value {
             Value::Object(map) => {
-                if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
+                if let Some(k) = map.keys().find(|k| is_special(k)) {
                     return Err(DocError::Validation(format!(
                         "Bad special document member: {k}"
                     )));
@@ -125,6 +127,21 @@ impl From<RevParseError> for DocError {
 }
 
 /// Members CouchDB accepts in a document and ignores (they are answers, not inputs).
+/// `_`-members CouchDB keeps in a document's body (the replicator's
+/// record of a `_replicator` document's state; accepted in any document).
+pub const BODY_SPECIALS: &[&str] = &[
+    "_replication_state",
+    "_replication_state_time",
+    "_replication_state_reason",
+    "_replication_id",
+    "_replication_stats",
+];
+
+/// Whether member `k` is special (`_`-prefixed) and not kept in the body.
+pub fn is_special(k: &str) -> bool {
+    k.starts_with('_') && !BODY_SPECIALS.contains(&k)
+}
+
 const IGNORED_SPECIALS: &[&str] = &[
     "_revs_info",
     "_conflicts",
@@ -235,7 +252,7 @@ impl Specials {
         for k in IGNORED_SPECIALS {
             map.shift_remove(*k);
         }
-        if let Some(k) = map.keys().find(|k| k.starts_with('_')) {
+        if let Some(k) = map.keys().find(|k| is_special(k)) {
             return Err(bad_special(k));
         }
         Ok(Specials {

@@ -175,7 +175,7 @@ impl Doc {
                 );
                 continue;
             }
-            if name.starts_with('_') {
+            if crate::doc::is_special(&name) {
                 let value: Value = serde_json::from_str(raw.get()).map_err(bad_json)?;
                 specials.insert(name.into_owned(), value);
                 continue;

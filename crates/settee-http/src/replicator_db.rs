@@ -137,8 +137,18 @@ impl Manager {
     }
 
     /// Runs until `closing` turns true: reconciles the jobs with the
-    /// documents at start and after every change of the database.
-    pub async fn follow(self: Arc<Self>, mut closing: tokio::sync::watch::Receiver<bool>) {
+    /// documents at start and after every change of the database. Then
+    /// stops every document's job (each writes its last checkpoint).
+    pub async fn follow(self: Arc<Self>, closing: tokio::sync::watch::Receiver<bool>) {
+        self.follow_until(closing).await;
+        for st in self.docs.lock().values_mut() {
+            if let Some(stop) = st.stop.take() {
+                let _ = stop.send(true);
+            }
+        }
+    }
+
+    async fn follow_until(self: &Arc<Self>, mut closing: tokio::sync::watch::Receiver<bool>) {
         loop {
             let Ok(db) = self.engine.db(REPLICATOR_DB) else {
                 // Deleted: wait for it to come back.
@@ -148,7 +158,7 @@ impl Manager {
                 }
             };
             let mut changes = db.subscribe();
-            if let Err(e) = self.reconcile(&db) {
+            if let Err(e) = Self::reconcile(self, &db) {
                 tracing::warn!(error = %e, "cannot read _replicator");
             }
             tokio::select! {
@@ -275,11 +285,12 @@ impl Manager {
         let spec = match Spec::parse(&Value::Object(def.clone()), None) {
             Ok(s) => s,
             Err(e) => {
-                self.finish(&doc_id, &def, Err(e));
+                self.finish(&doc_id, &def, Err(e)).await;
                 return;
             }
         };
         let continuous = spec.continuous;
+        let stopped = stop.clone();
         let result = self
             .scheduler
             .run_doc_job(
@@ -301,14 +312,21 @@ impl Manager {
                 },
             )
             .await;
-        if !continuous {
-            self.finish(&doc_id, &def, result);
+        // A job stopped (its document changed or went, or the server is
+        // stopping) leaves its document as it is.
+        if !continuous && !*stopped.borrow() {
+            self.finish(&doc_id, &def, result).await;
         }
     }
 
     /// Writes a one-shot job's final state into its document (unless the
     /// document changed meanwhile: its new definition runs instead).
-    fn finish(&self, doc_id: &str, def: &Map<String, Value>, result: Result<Value, RepError>) {
+    async fn finish(
+        &self,
+        doc_id: &str,
+        def: &Map<String, Value>,
+        result: Result<Value, RepError>,
+    ) {
         let (state, reason, stats) = match &result {
             Ok(out) => {
                 let mut stats = Map::new();
@@ -346,12 +364,12 @@ impl Manager {
                 st.info = json!({"error": r});
             }
         });
-        if let Err(e) = self.write_back(doc_id, def, state, reason, stats) {
+        if let Err(e) = self.write_back(doc_id, def, state, reason, stats).await {
             tracing::warn!(doc_id, error = ?e, "cannot record the replication's state");
         }
     }
 
-    fn write_back(
+    async fn write_back(
         &self,
         doc_id: &str,
         def: &Map<String, Value>,
@@ -384,7 +402,7 @@ impl Manager {
             body.insert("_replication_stats".into(), s);
         }
         let doc = Doc::from_json(Value::Object(body), || doc_id.to_string())?;
-        let results = db.update(vec![doc], UpdateOptions::default())?;
+        let results = db.update_async(vec![doc], UpdateOptions::default()).await?;
         if let Some(Err(e)) = results.into_iter().next() {
             tracing::warn!(doc_id, error = ?e, "replication state not recorded");
         }

@@ -42,6 +42,10 @@ struct Entry {
     done: tokio::sync::watch::Receiver<bool>,
 }
 
+/// Told of a document job's state changes: (state, replication id,
+/// error).
+pub type StateReport<'a> = dyn Fn(&str, Option<&str>, Option<&str>) + Send + Sync + 'a;
+
 /// Removes a job's entry when dropped.
 struct Remove<'a>(&'a Scheduler, String);
 
@@ -187,7 +191,7 @@ impl Scheduler {
         user: Option<String>,
         doc_id: String,
         mut stop: tokio::sync::watch::Receiver<bool>,
-        report: &(dyn Fn(&str, Option<&str>, Option<&str>) + Send + Sync),
+        report: &StateReport<'_>,
     ) -> Result<Value, RepError> {
         let mut backoff = BACKOFF_FIRST;
         let mut registered: Option<String> = None;

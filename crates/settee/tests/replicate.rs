@@ -386,3 +386,122 @@ fn refusals() {
     assert_eq!(s.admin("GET", "/t9", None).status, 404);
     s.stop();
 }
+
+fn doc(s: &Server, path: &str) -> Value {
+    let r = s.admin("GET", path, None);
+    assert_eq!(r.status, 200, "{path}: {r:?}");
+    r.json()
+}
+
+#[test]
+fn replicator_database_documents_run_as_jobs() {
+    // `b` holds the data; `a` runs the replications from its `_replicator`
+    // (and is restarted: `b`'s URLs stay the same).
+    let b = Server::start();
+    seed(&b, "src");
+    let url = |db: &str| format!("http://{}:{}@127.0.0.1:{}/{db}", ADMIN.0, ADMIN.1, b.port);
+    let dir = tempfile::tempdir().unwrap();
+    let a = Server::start_in(dir.path(), &[]);
+    let dbs = a.admin("GET", "/_all_dbs", None).json();
+    assert!(
+        dbs.as_array().unwrap().contains(&json!("_replicator")),
+        "{dbs}"
+    );
+    assert_eq!(a.anon("GET", "/_replicator", None).status, 401);
+
+    // Local names are refused in documents, as CouchDB 3 refuses them.
+    let r = a.admin(
+        "PUT",
+        "/_replicator/local",
+        Some(r#"{"source":"src","target":"x"}"#),
+    );
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(r.json()["reason"], json!("local_endpoints_not_supported"));
+
+    // A one-shot document: run, then its result written back.
+    let put = |id: &str, body: Value| {
+        let r = a.admin(
+            "PUT",
+            &format!("/_replicator/{id}"),
+            Some(&body.to_string()),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+    };
+    put(
+        "once",
+        json!({"source": url("src"), "target": url("once"), "create_target": true}),
+    );
+    wait_until("the one-shot document completed", || {
+        doc(&a, "/_replicator/once")["_replication_state"] == json!("completed")
+    });
+    let once = doc(&a, "/_replicator/once");
+    assert_eq!(once["owner"], json!("admin"));
+    assert_eq!(
+        once["_replication_stats"]["docs_written"],
+        json!(5),
+        "{once}"
+    );
+    assert!(once["_replication_state_time"].is_string());
+    assert_eq!(leaves(&b, "src"), leaves(&b, "once"));
+
+    // A continuous document follows the source.
+    put(
+        "live",
+        json!({"source": url("src"), "target": url("live"), "create_target": true, "continuous": true}),
+    );
+    bulk(&b, "src", json!({"docs": [{"_id": "later"}]}));
+    wait_until("the continuous document's copy", || {
+        b.admin("GET", "/live/later", None).status == 200
+    });
+    let st = doc(&a, "/_scheduler/docs/_replicator/live");
+    assert_eq!(st["state"], json!("running"), "{st}");
+    assert!(!st.to_string().contains(ADMIN.1), "no password in {st}");
+    let jobs = doc(&a, "/_scheduler/jobs");
+    assert_eq!(jobs["jobs"][0]["doc_id"], json!("live"), "{jobs}");
+    assert_eq!(jobs["jobs"][0]["database"], json!("_replicator"));
+
+    // A document whose source is missing keeps retrying.
+    put("broken", json!({"source": url("nope"), "target": url("x")}));
+    wait_until("the broken document crashing", || {
+        let st = doc(&a, "/_scheduler/docs/_replicator/broken");
+        st["state"] == json!("crashing") && st["error_count"].as_u64() >= Some(1)
+    });
+    let all = doc(&a, "/_scheduler/docs");
+    assert_eq!(all["total_rows"], json!(3), "{all}");
+    assert_eq!(
+        a.admin("GET", "/_scheduler/docs/_replicator/nope", None)
+            .status,
+        404
+    );
+
+    // After a restart: the continuous job runs again, the completed one
+    // does not.
+    let once_rev = once["_rev"].clone();
+    a.stop();
+    let a = Server::start_in(dir.path(), &[]);
+    bulk(&b, "src", json!({"docs": [{"_id": "after-restart"}]}));
+    wait_until("the continuous document's copy after a restart", || {
+        b.admin("GET", "/live/after-restart", None).status == 200
+    });
+    assert_eq!(doc(&a, "/_replicator/once")["_rev"], once_rev);
+    assert_eq!(
+        doc(&a, "/_scheduler/docs/_replicator/once")["state"],
+        json!("completed")
+    );
+
+    // Deleting a document stops its job.
+    let rev = doc(&a, "/_replicator/live")["_rev"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = a.admin("DELETE", &format!("/_replicator/live?rev={rev}"), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    wait_until("the job stopped", || {
+        doc(&a, "/_scheduler/jobs")["total_rows"] == json!(0)
+    });
+    bulk(&b, "src", json!({"docs": [{"_id": "after-delete"}]}));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(b.admin("GET", "/live/after-delete", None).status, 404);
+    a.stop();
+    b.stop();
+}
