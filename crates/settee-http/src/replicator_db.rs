@@ -80,6 +80,14 @@ pub fn before_write(
                 "local_endpoints_not_supported",
             ))
         }
+        // CouchDB's reason is its Erlang term of the refusal.
+        Err(RepError::BadRequest(r)) => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("{{throw,{{bad_request,<<\"{r}\">>}}}}"),
+            ))
+        }
         Err(e) => {
             return Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,

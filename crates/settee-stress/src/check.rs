@@ -57,6 +57,21 @@ pub const DESIGN_FUNCTION_500: &[&str] = &[
     "URIError",
 ];
 
+/// `error` names of the 500s `POST /_replicate` answers, as CouchDB does:
+/// an endpoint database that does not exist (`db_not_found`) or a
+/// replication that failed (`error`: an endpoint unreachable, a checkpoint
+/// refused). Judged documented for requests to `/_replicate` only.
+pub const REPLICATION_500: &[&str] = &["db_not_found", "error"];
+
+/// Whether a request (its head) is a `POST /_replicate`.
+pub fn is_replication(head: &[u8]) -> bool {
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    let line = String::from_utf8_lossy(&head[..line_end]);
+    line.split(' ')
+        .nth(1)
+        .is_some_and(|p| p.split('?').next() == Some("/_replicate"))
+}
+
 /// Whether a request (its head) may run design-document functions: a
 /// design-document path (views, `_info`), a filtered `_changes`, or any
 /// write to the run's JavaScript database (its validate functions).

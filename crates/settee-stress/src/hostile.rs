@@ -32,7 +32,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::time::Instant;
 
 use crate::check::{
-    preview, runs_design_functions, verdict, Verdict, DESIGN_FUNCTION_500, DOCUMENTED_500,
+    is_replication, preview, runs_design_functions, verdict, Verdict, DESIGN_FUNCTION_500,
+    DOCUMENTED_500, REPLICATION_500,
 };
 use crate::consistency::{self, ConsistencyReport};
 use crate::gen::{self, Case, Delivery, GenConfig, Need};
@@ -358,7 +359,8 @@ impl Run {
             let documented = DOCUMENTED_500.contains(&error_name.as_str())
                 || ((DESIGN_FUNCTION_500.contains(&error_name.as_str())
                     || error_name == "(HEAD, no body)")
-                    && runs_design_functions(&case.head));
+                    && runs_design_functions(&case.head))
+                || (REPLICATION_500.contains(&error_name.as_str()) && is_replication(&case.head));
             if r.status == 500 && !matches!(v, Verdict::ProtocolReject) && !documented {
                 self.fail(
                     "undocumented_500",

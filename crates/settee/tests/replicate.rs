@@ -418,6 +418,25 @@ fn replicator_database_documents_run_as_jobs() {
     assert_eq!(r.status, 403, "{r:?}");
     assert_eq!(r.json()["reason"], json!("local_endpoints_not_supported"));
 
+    let r = a.admin(
+        "PUT",
+        "/_replicator/bad",
+        Some(r#"{"source":"http://h/a","target":"http://h/b","continuous":"x"}"#),
+    );
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(
+        r.json()["reason"],
+        json!("{throw,{bad_request,<<\"parameter `continuous` must be a boolean\">>}}")
+    );
+    // In `_bulk_docs`, one invalid document fails the request (as CouchDB).
+    let r = a.admin(
+        "POST",
+        "/_replicator/_bulk_docs",
+        Some(r#"{"docs":[{"_id":"ok","source":"http://h/a","target":"http://h/b"},{"_id":"bad","source":"a","target":"b"}]}"#),
+    );
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(a.admin("GET", "/_replicator/ok", None).status, 404);
+
     // A one-shot document: run, then its result written back.
     let put = |id: &str, body: Value| {
         let r = a.admin(

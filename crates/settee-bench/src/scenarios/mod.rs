@@ -36,6 +36,7 @@ pub mod ids;
 pub mod lightning;
 pub mod mango;
 pub mod random_reads;
+pub mod replicate;
 pub mod single_doc;
 pub mod spike;
 pub mod views;
@@ -86,6 +87,7 @@ pub fn all() -> Vec<ScenarioDef> {
     v.extend(attachments::DEFS);
     v.push(copy::DEF);
     v.push(copy_tools::DEF);
+    v.extend(replicate::DEFS);
     v.extend(ycsb::DEFS);
     v.push(lightning::DEF);
     v.push(fault_tolerance::DEF);

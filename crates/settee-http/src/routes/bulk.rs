@@ -358,6 +358,28 @@ async fn users_db_docs(
     .await?
 }
 
+/// The documents of a `_bulk_docs` to `_replicator`, each checked by
+/// [`crate::replicator_db::before_write`]; as in CouchDB, one invalid
+/// replication document fails the whole request (403).
+fn replicator_db_docs(
+    req: &Req,
+    db: &settee_db::Database,
+    docs: &[&RawValue],
+) -> ApiResult<Vec<(Box<RawValue>, ApiResult<()>)>> {
+    docs.iter()
+        .map(|raw| {
+            let text = match serde_json::from_str(raw.get()).map_err(body_error)? {
+                Value::Object(m) => {
+                    let m = crate::replicator_db::before_write(&req.user, db, m, true)?;
+                    Value::Object(m).to_string()
+                }
+                _ => raw.get().to_string(),
+            };
+            Ok((RawValue::from_string(text).map_err(body_error)?, Ok(())))
+        })
+        .collect()
+}
+
 pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     require_db_writer(req)?;
@@ -405,15 +427,20 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         ));
     }
     app.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
-    let mut users_docs = Vec::new();
-    let docs = if name == crate::auth::USERS_DB && new_edits {
-        // User documents: CouchDB's rules, passwords hashed.
-        users_docs = users_db_docs(req, &db, &docs).await?;
-        users_docs.iter().map(|(d, _)| d.as_ref()).collect()
-    } else {
+    // Documents of the users and replicator databases, checked (and
+    // rewritten: hashed passwords, owners), each with its verdict.
+    let mut checked = Vec::new();
+    if name == crate::auth::USERS_DB && new_edits {
+        checked = users_db_docs(req, &db, &docs).await?;
+    } else if name == crate::replicator_db::REPLICATOR_DB && new_edits {
+        checked = replicator_db_docs(req, &db, &docs)?;
+    }
+    let docs: Vec<&RawValue> = if checked.is_empty() {
         docs
+    } else {
+        checked.iter().map(|(d, _)| d.as_ref()).collect()
     };
-    let users_refused = users_docs.iter().any(|(_, v)| v.is_err());
+    let users_refused = checked.iter().any(|(_, v)| v.is_err());
     let mut place = Placement {
         slots: Vec::with_capacity(docs.len()),
         locals: Vec::new(),
@@ -483,7 +510,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             if let Some(doc) = place.place(p) {
                 engine_docs.push(doc);
                 if users_refused {
-                    user_verdicts.push(users_docs[i].1.clone());
+                    user_verdicts.push(checked[i].1.clone());
                 }
             }
         }
