@@ -524,3 +524,111 @@ fn replicator_database_documents_run_as_jobs() {
     a.stop();
     b.stop();
 }
+
+/// A TCP proxy to `upstream` that cuts every `nth` connection after it has
+/// passed `budget` bytes back to the client (a network dropping
+/// connections mid-response). Returns its port and the count of cuts.
+fn cutting_proxy(
+    upstream: u16,
+    nth: usize,
+    budget: usize,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cuts = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = cuts.clone();
+    std::thread::spawn(move || {
+        for (i, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let limit = if i % nth == nth - 1 {
+                budget
+            } else {
+                usize::MAX
+            };
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(n) = c_in.read(&mut buf) {
+                    if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Write);
+            });
+            let cuts = counted.clone();
+            let (mut s_in, mut c_out) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                let mut passed = 0usize;
+                while let Ok(n) = s_in.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let n = n.min(limit - passed);
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    passed += n;
+                    if passed >= limit {
+                        cuts.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    (port, cuts)
+}
+
+#[test]
+fn survives_connections_cut_mid_transfer() {
+    let a = Server::start();
+    let b = Server::start();
+    a.create_db("big");
+    // Pads that do not compress (responses travel gzipped).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let docs: Vec<Value> = (0..3000)
+        .map(|i| {
+            let pad: String = (0..20)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    format!("{x:016x}")
+                })
+                .collect();
+            json!({"_id": format!("d{i:05}"), "pad": pad})
+        })
+        .collect();
+    for chunk in docs.chunks(1000) {
+        bulk(&a, "big", json!({ "docs": chunk }));
+    }
+    // Every second connection to the source is cut after 20 kB of its
+    // answer (`_bulk_get` pages are larger).
+    let (port, cuts) = cutting_proxy(a.port, 2, 20_000);
+    let source = format!("http://{}:{}@127.0.0.1:{port}/big", ADMIN.0, ADMIN.1);
+    let target = format!("http://{}:{}@127.0.0.1:{}/copy", ADMIN.0, ADMIN.1, b.port);
+    let out = ok(replicate(
+        &a,
+        json!({"source": source, "target": target, "create_target": true, "worker_batch_size": 200, "retries_per_request": 10}),
+    ));
+    assert_eq!(out["history"][0]["doc_write_failures"], json!(0), "{out}");
+    assert_eq!(leaves(&a, "big"), leaves(&b, "copy"));
+    assert!(
+        cuts.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the proxy cut no connection: the test tested nothing"
+    );
+    // The checkpoint names the end: a second run has nothing to do.
+    let again = ok(replicate(&a, json!({"source": source, "target": target})));
+    assert_eq!(again["no_changes"], json!(true), "{again}");
+    a.stop();
+    b.stop();
+}

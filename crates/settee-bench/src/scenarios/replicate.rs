@@ -5,8 +5,9 @@
 //!   answer (the replication is done when `_replicate` answers);
 //! - `replicate_catchup`: a continuous replication that has caught up; then
 //!   10,000 new documents (quick: 1,000) are written to the source in
-//!   batches of 500, timed from the first write until the target holds
-//!   them all.
+//!   `_bulk_docs` batches of 1,000, timed from the first write until the
+//!   target holds them all (the writes are inside the measurement, for
+//!   both servers).
 //!
 //! Throughput is documents replicated per second. The target's document
 //! count is checked; the continuous job is cancelled afterwards.
