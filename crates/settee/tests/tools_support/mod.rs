@@ -130,6 +130,16 @@ impl Http {
         }
     }
 
+    /// A server at `base` with Basic credentials.
+    #[allow(dead_code)]
+    pub fn with_basic(base: String, user: &str, password: &str) -> Http {
+        Http {
+            agent: common::agent(),
+            base,
+            auth: Some((user.into(), password.into())),
+        }
+    }
+
     pub fn anonymous(base: String) -> Http {
         Http {
             agent: common::agent(),

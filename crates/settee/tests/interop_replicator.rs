@@ -1,0 +1,248 @@
+//! Continuous two-way replication between Settee and other servers, until
+//! both hold the same documents and revisions (conflicts, deletions and
+//! histories included):
+//! - with pouchdb-server 4.2.0 (tests/peers, pinned by package-lock.json)
+//!   as source and as target of Settee's replicator;
+//! - with the reference CouchDB 3.4.3 (../shared/reference/couchdb): Settee's
+//!   replicator pushes, CouchDB's own replicator pulls back into Settee.
+//!   It runs when the reference CouchDB is present (as in CI).
+
+mod common;
+mod tools_support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tools_support::*;
+
+const CONVERGE_MAX: Duration = Duration::from_secs(90);
+
+/// Waits until `a` and `b` hold the same documents (as snapshots).
+fn converge(ha: &Http, a: &str, hb: &Http, b: &str) {
+    let t = Instant::now();
+    loop {
+        let (sa, sb) = (snapshot(ha, a), snapshot(hb, b));
+        if sa == sb {
+            return;
+        }
+        if t.elapsed() > CONVERGE_MAX {
+            assert_same(&sa, &sb, false);
+            panic!("snapshots differ but assert_same found nothing");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Edits on one side while replications run: a new document, an update,
+/// and a conflict made against the other side's revision.
+fn edit(h: &Http, db: &str, tag: &str) {
+    h.ok(
+        "PUT",
+        &format!("/{db}/new-{tag}"),
+        Some(&json!({"from": tag})),
+    );
+    let d = h.ok("GET", &format!("/{db}/doc-00001"), None);
+    let mut d2 = d.clone();
+    d2[format!("edited-{tag}")] = json!(true);
+    let r = h.req("PUT", &format!("/{db}/doc-00001"), Some(&d2));
+    assert!(r.status == 201 || r.status == 409, "{r:?}");
+    // A revision id of the side's own (hex), on the `2-b…` branch.
+    let digit = match tag {
+        "pouch" => "1",
+        "couch" => "2",
+        _ => "3",
+    };
+    let rev = format!("3-{}", digit.repeat(32));
+    h.ok(
+        "POST",
+        &format!("/{db}/_bulk_docs"),
+        Some(&json!({"new_edits": false, "docs": [
+            {"_id": "conf", "_rev": rev, "side": tag,
+             "_revisions": {"start": 3, "ids": [&rev[2..], "b".repeat(32), "a".repeat(32)]}}
+        ]})),
+    );
+}
+
+struct PouchServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for PouchServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_pouchdb() -> PouchServer {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = root.join("tests/peers/node_modules/pouchdb-server/bin/pouchdb-server");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `npm ci --prefix tests/peers` (scripts/test does)",
+        bin.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let child = Command::new("node")
+        .arg("--unhandled-rejections=warn")
+        .arg(&bin)
+        .args(["-n", "-o", "127.0.0.1", "-p", &port.to_string(), "-d"])
+        .arg(dir.path())
+        .arg("-c")
+        .arg(dir.path().join("config.json"))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pouchdb-server (node)");
+    let server = PouchServer {
+        child,
+        port,
+        _dir: dir,
+    };
+    wait_up(&format!("http://127.0.0.1:{port}/"), "pouchdb-server");
+    server
+}
+
+fn wait_up(url: &str, what: &str) {
+    let agent = common::agent();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while agent.get(url).call().is_err() {
+        assert!(Instant::now() < deadline, "{what} did not answer in 120 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn settee_replicate(h: &Http, body: Value) -> Value {
+    let r = h.req("POST", "/_replicate", Some(&body));
+    assert!(r.status == 200 || r.status == 202, "{r:?}");
+    r.json()
+}
+
+#[test]
+fn two_way_continuous_with_pouchdb_server() {
+    let settee = common::Server::start();
+    let pouch = start_pouchdb();
+    let hs = Http::settee(&settee);
+    let hp = Http::anonymous(format!("http://127.0.0.1:{}", pouch.port));
+    let pouch_url = |db: &str| format!("http://127.0.0.1:{}/{db}", pouch.port);
+    build_fixture(&hs, "two", 300);
+    hp.ok("PUT", "/two", None);
+    let push = json!({"source": "two", "target": pouch_url("two"), "continuous": true});
+    let pull = json!({"source": pouch_url("two"), "target": "two", "continuous": true});
+    settee_replicate(&hs, push.clone());
+    settee_replicate(&hs, pull.clone());
+    converge(&hs, "two", &hp, "two");
+    assert_fixture_shape(&snapshot(&hp, "two"));
+    edit(&hp, "two", "pouch");
+    edit(&hs, "two", "settee");
+    converge(&hs, "two", &hp, "two");
+    // `conf`: the fixture's `2-c…` and each side's `3-…` on `2-b…`.
+    let conf = &snapshot(&hs, "two")["conf"];
+    assert_eq!(conf.leaves.len(), 3, "{conf:?}");
+    for mut body in [push, pull] {
+        body["cancel"] = json!(true);
+        settee_replicate(&hs, body);
+    }
+}
+
+/// The reference CouchDB, started on a free port and stopped on drop.
+struct CouchDb {
+    pid: u32,
+    url: String,
+    home: PathBuf,
+}
+
+impl Drop for CouchDb {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+fn start_couchdb() -> Option<CouchDb> {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/couchdb/start");
+    if !script.exists() {
+        eprintln!(
+            "{} is not here: the CouchDB interop test has nothing to run against",
+            script.display()
+        );
+        return None;
+    }
+    let port = free_port();
+    let out = Command::new(&script)
+        .args(["--port", &port.to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run the reference CouchDB's start script");
+    assert!(out.status.success(), "start failed: {out:?}");
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let (url, pid) = line.split_once(' ').expect("URL PID");
+    let couch = CouchDb {
+        pid: pid.trim().parse().expect("pid"),
+        url: url.to_string(),
+        home: PathBuf::from(format!("/tmp/reference-couchdb-3.4.3-{port}")),
+    };
+    wait_up(&format!("{}/_up", couch.url), "CouchDB");
+    Some(couch)
+}
+
+#[test]
+fn two_way_continuous_with_couchdb() {
+    let Some(couch) = start_couchdb() else { return };
+    let settee = common::Server::start();
+    let hs = Http::settee(&settee);
+    let base = couch.url.clone();
+    let (cred, rest) = base
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once('@'))
+        .expect("http://user:pass@host:port");
+    let (user, pass) = cred.split_once(':').expect("user:pass");
+    let hc = Http::with_basic(format!("http://{rest}"), user, pass);
+    build_fixture(&hs, "two", 300);
+    hc.ok("PUT", "/two", None);
+    let settee_url = format!(
+        "http://{}:{}@127.0.0.1:{}/two",
+        common::ADMIN.0,
+        common::ADMIN.1,
+        settee.port
+    );
+    // Settee's replicator pushes; CouchDB's own replicator pulls.
+    let push = json!({"source": "two", "target": format!("{base}/two"), "continuous": true});
+    settee_replicate(&hs, push.clone());
+    let pull = json!({"source": "two", "target": settee_url, "continuous": true});
+    let r = hc.req("POST", "/_replicate", Some(&pull));
+    assert!(r.status == 200 || r.status == 202, "{r:?}");
+    converge(&hs, "two", &hc, "two");
+    assert_fixture_shape(&snapshot(&hc, "two"));
+    edit(&hc, "two", "couch");
+    edit(&hs, "two", "settee");
+    converge(&hs, "two", &hc, "two");
+    let conf = &snapshot(&hc, "two")["conf"];
+    assert_eq!(conf.leaves.len(), 3, "{conf:?}");
+    // The same replication again, one-shot, on both: nothing left to do.
+    let once = settee_replicate(
+        &hs,
+        json!({"source": "two", "target": format!("{base}/two")}),
+    );
+    assert_eq!(once["ok"], json!(true), "{once}");
+    let mut cancel = pull;
+    cancel["cancel"] = json!(true);
+    let _ = hc.req("POST", "/_replicate", Some(&cancel));
+    let mut cancel = push;
+    cancel["cancel"] = json!(true);
+    settee_replicate(&hs, cancel);
+}
