@@ -533,6 +533,21 @@ fn cutting_proxy(
     nth: usize,
     budget: usize,
 ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let (port, cuts, _) = proxy(upstream, nth, budget);
+    (port, cuts)
+}
+
+/// [`cutting_proxy`] whose upstream port can be changed (a server
+/// restarted on another port).
+fn proxy(
+    upstream: u16,
+    nth: usize,
+    budget: usize,
+) -> (
+    u16,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicU16>,
+) {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -540,10 +555,12 @@ fn cutting_proxy(
     let port = listener.local_addr().unwrap().port();
     let cuts = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = cuts.clone();
+    let upstream = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(upstream));
+    let to = upstream.clone();
     std::thread::spawn(move || {
         for (i, client) in listener.incoming().enumerate() {
             let Ok(client) = client else { continue };
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", to.load(Ordering::Relaxed))) else {
                 continue;
             };
             let limit = if i % nth == nth - 1 {
@@ -585,7 +602,7 @@ fn cutting_proxy(
             });
         }
     });
-    (port, cuts)
+    (port, cuts, upstream)
 }
 
 #[test]
@@ -629,6 +646,47 @@ fn survives_connections_cut_mid_transfer() {
     // The checkpoint names the end: a second run has nothing to do.
     let again = ok(replicate(&a, json!({"source": source, "target": target})));
     assert_eq!(again["no_changes"], json!(true), "{again}");
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn continuous_replication_outlives_a_target_restart() {
+    let a = Server::start();
+    let b_dir = tempfile::tempdir().unwrap();
+    let b = Server::start_in(b_dir.path(), &[]);
+    a.create_db("src");
+    let docs = |from: usize| -> Value {
+        json!({"docs": (from..from + 500).map(|i| json!({"_id": format!("d{i:05}")})).collect::<Vec<_>>()})
+    };
+    bulk(&a, "src", docs(0));
+    // The target is reached through a proxy that follows it to its new port.
+    let (port, _, upstream) = proxy(b.port, usize::MAX, usize::MAX);
+    let target = format!("http://{}:{}@127.0.0.1:{port}/dst", ADMIN.0, ADMIN.1);
+    let body = json!({"source": "src", "target": target, "create_target": true, "continuous": true, "checkpoint_interval": 100});
+    accepted(replicate(&a, body.clone()));
+    let count = |s: &Server| {
+        let r = s.admin("GET", "/dst", None);
+        if r.status == 200 {
+            r.json()["doc_count"].as_u64().unwrap_or(0)
+        } else {
+            0
+        }
+    };
+    wait_until("the first 500 on the target", || count(&b) == 500);
+    // The target goes away; the source keeps changing.
+    b.stop();
+    bulk(&a, "src", docs(500));
+    std::thread::sleep(Duration::from_millis(300));
+    let b = Server::start_in(b_dir.path(), &[]);
+    upstream.store(b.port, std::sync::atomic::Ordering::Relaxed);
+    wait_until("the job caught up after the restart", || count(&b) == 1000);
+    assert_eq!(leaves(&a, "src"), leaves(&b, "dst"));
+    let jobs = a.admin("GET", "/_scheduler/jobs", None).json();
+    assert_eq!(jobs["total_rows"], json!(1), "{jobs}");
+    let mut cancel = body;
+    cancel["cancel"] = json!(true);
+    ok(replicate(&a, cancel));
     a.stop();
     b.stop();
 }
