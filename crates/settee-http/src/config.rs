@@ -68,6 +68,9 @@ pub struct Settings {
     pub default_security_admin_only: bool,
     /// `[chttpd] admin_only_all_dbs` (CouchDB 3 default true).
     pub admin_only_all_dbs: bool,
+    /// `[replicator] max_jobs`: replications running at once (CouchDB's
+    /// default 500); `_replicator` documents beyond it wait (`pending`).
+    pub replicator_max_jobs: u64,
     /// `[couchdb] users_db_security_editable` (default false: the users
     /// database's security object cannot be changed).
     pub users_db_security_editable: bool,
@@ -148,6 +151,7 @@ impl Settings {
             max_bulk_get_count: number("couchdb", "max_bulk_get_count", DEFAULT_MAX_BULK_GET),
             default_security_admin_only: get("couchdb", "default_security") != Some("everyone"),
             admin_only_all_dbs: boolean("chttpd", "admin_only_all_dbs", true),
+            replicator_max_jobs: number("replicator", "max_jobs", 500),
             users_db_security_editable: boolean("couchdb", "users_db_security_editable", false),
             require_valid_user: boolean("chttpd", "require_valid_user", false),
             require_valid_user_except_for_up: boolean(
@@ -252,6 +256,7 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
             "true or false"
         }
         ("couchdb", "max_document_size")
+        | ("replicator", "max_jobs")
         | ("couchdb", "max_bulk_docs_count")
         | ("couchdb", "max_bulk_get_count")
         | ("chttpd", "max_http_request_size")

@@ -113,8 +113,11 @@ impl AppState {
     /// Hands the settings the engine applies itself to it (after a
     /// configuration change).
     pub fn apply_settings(&self) {
+        let settings = self.config.settings();
         self.engine
-            .set_att_compression(self.config.settings().att_compression.clone());
+            .set_att_compression(settings.att_compression.clone());
+        self.replicator
+            .set_max_jobs(usize::try_from(settings.replicator_max_jobs).unwrap_or(usize::MAX));
     }
 
     /// The server's state; fails only when the JavaScript workers cannot
@@ -151,6 +154,7 @@ impl AppState {
             server_uuid.clone(),
             NODE_NAME.to_string(),
         ));
+        scheduler.set_max_jobs(usize::try_from(settings.replicator_max_jobs).unwrap_or(usize::MAX));
         let replicator_docs = Arc::new(crate::replicator_db::Manager::new(
             engine.clone(),
             Arc::clone(&scheduler),

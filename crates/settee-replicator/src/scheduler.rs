@@ -8,8 +8,10 @@
 //! checkpoint until it is cancelled, as CouchDB's scheduler retries
 //! crashing jobs.
 //!
-//! Invariants: at most [`JOBS_MAX`] jobs run at once (further ones are
-//! refused, never queued without bound); a job id names at most one
+//! Invariants: at most `max_jobs` jobs run at once ([`JOBS_MAX`] unless
+//! set from `[replicator] max_jobs`): a further `_replicate` is refused, a
+//! further `_replicator` document waits (`pending`, looked at again every
+//! second) — nothing is queued without bound; a job id names at most one
 //! running job; cancelling stops the job's reader and writer before the
 //! answer (its last checkpoint is written on the way out).
 
@@ -24,8 +26,10 @@ use crate::job::{self, unix_now, Status};
 use crate::spec::Spec;
 use crate::RepError;
 
-/// Jobs running at once on one server.
+/// Jobs running at once on one server, by default (CouchDB's `max_jobs`).
 pub const JOBS_MAX: usize = 500;
+/// How often a pending `_replicator` document looks for a free slot.
+pub const PENDING_POLL: Duration = Duration::from_secs(1);
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(5);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -61,6 +65,7 @@ pub struct Scheduler {
     server_uuid: String,
     node: String,
     jobs: Mutex<BTreeMap<String, Entry>>,
+    max_jobs: std::sync::atomic::AtomicUsize,
 }
 
 /// Now as CouchDB's scheduler writes times (`2026-11-25T07:20:36Z`).
@@ -92,7 +97,18 @@ impl Scheduler {
             server_uuid,
             node,
             jobs: Mutex::new(BTreeMap::new()),
+            max_jobs: std::sync::atomic::AtomicUsize::new(JOBS_MAX),
         }
+    }
+
+    /// Sets how many jobs may run at once (`[replicator] max_jobs`).
+    pub fn set_max_jobs(&self, n: usize) {
+        self.max_jobs
+            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn max_jobs(&self) -> usize {
+        self.max_jobs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `POST /_replicate` with a checked spec: cancels, starts a continuous
@@ -121,9 +137,10 @@ impl Scheduler {
                     "replication {id} is already running"
                 )));
             }
-            if jobs.len() >= JOBS_MAX {
+            let max = self.max_jobs();
+            if jobs.len() >= max {
                 return Err(RepError::Failed(format!(
-                    "too many replications running ({JOBS_MAX})"
+                    "too many replications running ({max}, [replicator] max_jobs)"
                 )));
             }
             jobs.insert(
@@ -211,8 +228,10 @@ impl Scheduler {
                     if registered.is_none() {
                         let taken = {
                             let mut jobs = self.jobs.lock();
-                            if jobs.contains_key(&prepared.full_id) || jobs.len() >= JOBS_MAX {
-                                false
+                            if jobs.contains_key(&prepared.full_id) {
+                                Some("crashing")
+                            } else if jobs.len() >= self.max_jobs() {
+                                Some("pending")
                             } else {
                                 // The scheduler's stop signal is the document's.
                                 let (own_stop, _) = tokio::sync::watch::channel(false);
@@ -229,21 +248,35 @@ impl Scheduler {
                                         done: done_rx.clone(),
                                     },
                                 );
-                                true
+                                None
                             }
                         };
-                        if !taken {
-                            report(
-                                "crashing",
-                                Some(&prepared.full_id),
-                                Some("duplicate or too many jobs"),
-                            );
-                            tokio::select! {
-                                _ = tokio::time::sleep(backoff) => {}
-                                _ = stop.changed() => {}
+                        match taken {
+                            // Waits for a free slot; not an error.
+                            Some("pending") => {
+                                report("pending", Some(&prepared.full_id), None);
+                                tokio::select! {
+                                    _ = tokio::time::sleep(PENDING_POLL) => {}
+                                    _ = stop.changed() => {}
+                                }
+                                continue;
                             }
-                            backoff = (backoff * 2).min(BACKOFF_MAX);
-                            continue;
+                            // The same replication already runs (another
+                            // document or `_replicate`).
+                            Some(_) => {
+                                report(
+                                    "crashing",
+                                    Some(&prepared.full_id),
+                                    Some("the same replication is already running"),
+                                );
+                                tokio::select! {
+                                    _ = tokio::time::sleep(backoff) => {}
+                                    _ = stop.changed() => {}
+                                }
+                                backoff = (backoff * 2).min(BACKOFF_MAX);
+                                continue;
+                            }
+                            None => {}
                         }
                         registered = Some(prepared.full_id.clone());
                     }

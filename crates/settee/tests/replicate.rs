@@ -690,3 +690,78 @@ fn continuous_replication_outlives_a_target_restart() {
     a.stop();
     b.stop();
 }
+
+#[test]
+fn replicator_documents_beyond_max_jobs_wait_their_turn() {
+    let b = Server::start();
+    b.create_db("src");
+    bulk(&b, "src", json!({"docs": [{"_id": "x"}]}));
+    let url = |db: &str| format!("http://{}:{}@127.0.0.1:{}/{db}", ADMIN.0, ADMIN.1, b.port);
+    let a = Server::start();
+    let r = a.admin(
+        "PUT",
+        "/_node/_local/_config/replicator/max_jobs",
+        Some("\"1\""),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = a.admin(
+        "PUT",
+        "/_node/_local/_config/replicator/max_jobs",
+        Some("\"many\""),
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    for (id, t) in [("j1", "t1"), ("j2", "t2")] {
+        let body = json!({"source": url("src"), "target": url(t), "create_target": true, "continuous": true});
+        let r = a.admin(
+            "PUT",
+            &format!("/_replicator/{id}"),
+            Some(&body.to_string()),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    let states = || -> Vec<(String, String)> {
+        let all = a.admin("GET", "/_scheduler/docs", None).json();
+        all["docs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["doc_id"].as_str().unwrap().to_string(),
+                    d["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    wait_until("one running, one pending", || {
+        let mut s: Vec<String> = states().into_iter().map(|(_, st)| st).collect();
+        s.sort();
+        s == ["pending", "running"]
+    });
+    assert_eq!(
+        a.admin("GET", "/_scheduler/jobs", None).json()["total_rows"],
+        json!(1)
+    );
+    let running = states()
+        .into_iter()
+        .find(|(_, st)| st == "running")
+        .unwrap()
+        .0;
+    let rev = a
+        .admin("GET", &format!("/_replicator/{running}"), None)
+        .json()["_rev"]
+        .clone();
+    let r = a.admin(
+        "DELETE",
+        &format!("/_replicator/{running}?rev={}", rev.as_str().unwrap()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    wait_until("the pending document runs", || {
+        states()
+            .iter()
+            .any(|(id, st)| *id != running && st == "running")
+    });
+    a.stop();
+    b.stop();
+}
