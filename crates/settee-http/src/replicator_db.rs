@@ -33,6 +33,15 @@ use crate::error::{ApiError, ApiResult};
 
 pub const REPLICATOR_DB: &str = "_replicator";
 
+/// Whether database `name` holds replication documents: `_replicator`, or
+/// any database whose name ends in `/_replicator` (as CouchDB allows).
+pub fn is_replicator_db(name: &str) -> bool {
+    name == REPLICATOR_DB || name.ends_with("/_replicator")
+}
+
+/// A replication document: (its database, its id).
+type DocKey = (String, String);
+
 /// Creates `_replicator` (admin-only, as CouchDB creates it) if absent.
 pub fn ensure_replicator_db(engine: &Engine) -> settee_db::Result<()> {
     match engine.db(REPLICATOR_DB) {
@@ -68,7 +77,7 @@ pub fn before_write(
 ) -> ApiResult<Map<String, Value>> {
     let id = doc.get("_id").and_then(Value::as_str).unwrap_or_default();
     let deleted = doc.get("_deleted").and_then(Value::as_bool) == Some(true);
-    if db.name() != REPLICATOR_DB || !new_edits || deleted || id.starts_with("_design/") {
+    if !is_replicator_db(db.name()) || !new_edits || deleted || id.starts_with("_design/") {
         return Ok(doc);
     }
     match Spec::parse(&Value::Object(definition(&doc)), None) {
@@ -122,7 +131,7 @@ struct DocState {
 pub struct Manager {
     engine: Engine,
     scheduler: Arc<settee_replicator::Scheduler>,
-    docs: Mutex<BTreeMap<String, DocState>>,
+    docs: Mutex<BTreeMap<DocKey, DocState>>,
     node: String,
 }
 
@@ -158,21 +167,50 @@ impl Manager {
 
     async fn follow_until(self: &Arc<Self>, mut closing: tokio::sync::watch::Receiver<bool>) {
         loop {
-            let Ok(db) = self.engine.db(REPLICATOR_DB) else {
-                // Deleted: wait for it to come back.
-                tokio::select! {
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
-                    _ = closing.changed() => return,
+            let names: Vec<String> = match self.engine.list_dbs() {
+                Ok(all) => all.into_iter().filter(|n| is_replicator_db(n)).collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list databases");
+                    Vec::new()
                 }
             };
-            let mut changes = db.subscribe();
-            if let Err(e) = Self::reconcile(self, &db) {
-                tracing::warn!(error = %e, "cannot read _replicator");
+            let mut watches = Vec::new();
+            for name in &names {
+                let Ok(db) = self.engine.db(name) else {
+                    continue;
+                };
+                watches.push(db.subscribe());
+                if let Err(e) = Self::reconcile(self, name, &db) {
+                    tracing::warn!(db = %name, error = %e, "cannot read a replicator database");
+                }
             }
+            // Documents of databases that are gone stop their jobs.
+            {
+                let mut docs = self.docs.lock();
+                let gone: Vec<DocKey> = docs
+                    .keys()
+                    .filter(|(db, _)| !names.contains(db))
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    if let Some(stop) = docs.remove(&key).and_then(|st| st.stop) {
+                        let _ = stop.send(true);
+                    }
+                }
+            }
+            let any_change = async {
+                if watches.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                let _ = futures_util::future::select_all(
+                    watches.iter_mut().map(|w| Box::pin(w.changed())),
+                )
+                .await;
+            };
             tokio::select! {
-                _ = changes.changed() => {}
-                // Recreated databases have a new watch: look again now and then.
-                _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+                _ = any_change => {}
+                // New and recreated databases: look again now and then.
+                _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
                 _ = closing.changed() => return,
             }
             if *closing.borrow() {
@@ -182,7 +220,7 @@ impl Manager {
     }
 
     /// Starts, restarts and stops jobs to match the documents.
-    fn reconcile(self: &Arc<Self>, db: &Database) -> settee_db::Result<()> {
+    fn reconcile(self: &Arc<Self>, db_name: &str, db: &Database) -> settee_db::Result<()> {
         let mut found: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
         let reader = db.reader()?;
         let q = IdRange::default();
@@ -197,25 +235,26 @@ impl Manager {
         })?;
         let mut docs = self.docs.lock();
         // Deleted documents stop their jobs.
-        let gone: Vec<String> = docs
+        let gone: Vec<DocKey> = docs
             .keys()
-            .filter(|k| !found.contains_key(*k))
+            .filter(|(d, id)| d == db_name && !found.contains_key(id))
             .cloned()
             .collect();
-        for id in gone {
-            if let Some(st) = docs.remove(&id) {
+        for key in gone {
+            if let Some(st) = docs.remove(&key) {
                 if let Some(stop) = st.stop {
                     let _ = stop.send(true);
                 }
             }
         }
         for (id, body) in found {
+            let key: DocKey = (db_name.to_string(), id);
             let def = definition(&body);
             let final_state = body
                 .get("_replication_state")
                 .and_then(Value::as_str)
                 .filter(|s| matches!(*s, "completed" | "failed"));
-            if let Some(st) = docs.get(&id) {
+            if let Some(st) = docs.get(&key) {
                 if st.definition == def {
                     continue;
                 }
@@ -227,7 +266,7 @@ impl Manager {
             let now = now_iso();
             if let Some(fs) = final_state {
                 docs.insert(
-                    id.clone(),
+                    key.clone(),
                     DocState {
                         definition: def,
                         state: fs.to_string(),
@@ -249,7 +288,7 @@ impl Manager {
             }
             let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
             docs.insert(
-                id.clone(),
+                key.clone(),
                 DocState {
                     definition: def.clone(),
                     state: "initializing".into(),
@@ -266,14 +305,14 @@ impl Manager {
                 .get("owner")
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            tokio::spawn(async move { me.run_doc(id, def, owner, stop_rx).await });
+            tokio::spawn(async move { me.run_doc(key, def, owner, stop_rx).await });
         }
         Ok(())
     }
 
-    fn set(&self, id: &str, def: &Map<String, Value>, f: impl FnOnce(&mut DocState)) {
+    fn set(&self, key: &DocKey, def: &Map<String, Value>, f: impl FnOnce(&mut DocState)) {
         let mut docs = self.docs.lock();
-        if let Some(st) = docs.get_mut(id) {
+        if let Some(st) = docs.get_mut(key) {
             if &st.definition == def {
                 f(st);
                 st.last_updated = now_iso();
@@ -285,7 +324,7 @@ impl Manager {
     /// back into the document.
     async fn run_doc(
         self: Arc<Self>,
-        doc_id: String,
+        key: DocKey,
         def: Map<String, Value>,
         owner: Option<String>,
         stop: tokio::sync::watch::Receiver<bool>,
@@ -293,7 +332,7 @@ impl Manager {
         let spec = match Spec::parse(&Value::Object(def.clone()), None) {
             Ok(s) => s,
             Err(e) => {
-                self.finish(&doc_id, &def, Err(e)).await;
+                self.finish(&key, &def, Err(e)).await;
                 return;
             }
         };
@@ -301,29 +340,23 @@ impl Manager {
         let stopped = stop.clone();
         let result = self
             .scheduler
-            .run_doc_job(
-                spec,
-                owner,
-                doc_id.clone(),
-                stop,
-                &|state, rep_id, error| {
-                    self.set(&doc_id, &def, |st| {
-                        st.state = state.to_string();
-                        if let Some(id) = rep_id {
-                            st.id = Some(id.to_string());
-                        }
-                        if let Some(e) = error {
-                            st.error_count += 1;
-                            st.info = json!({"error": e});
-                        }
-                    });
-                },
-            )
+            .run_doc_job(spec, owner, key.clone(), stop, &|state, rep_id, error| {
+                self.set(&key, &def, |st| {
+                    st.state = state.to_string();
+                    if let Some(id) = rep_id {
+                        st.id = Some(id.to_string());
+                    }
+                    if let Some(e) = error {
+                        st.error_count += 1;
+                        st.info = json!({"error": e});
+                    }
+                });
+            })
             .await;
         // A job stopped (its document changed or went, or the server is
         // stopping) leaves its document as it is.
         if !continuous && !*stopped.borrow() {
-            self.finish(&doc_id, &def, result).await;
+            self.finish(&key, &def, result).await;
         }
     }
 
@@ -331,7 +364,7 @@ impl Manager {
     /// document changed meanwhile: its new definition runs instead).
     async fn finish(
         &self,
-        doc_id: &str,
+        key: &DocKey,
         def: &Map<String, Value>,
         result: Result<Value, RepError>,
     ) {
@@ -362,7 +395,7 @@ impl Manager {
             }
             Err(e) => ("failed", Some(e.to_string()), None),
         };
-        self.set(doc_id, def, |st| {
+        self.set(key, def, |st| {
             st.state = state.into();
             st.stop = None;
             if let Some(s) = &stats {
@@ -372,23 +405,24 @@ impl Manager {
                 st.info = json!({"error": r});
             }
         });
-        if let Err(e) = self.write_back(doc_id, def, state, reason, stats).await {
-            tracing::warn!(doc_id, error = ?e, "cannot record the replication's state");
+        if let Err(e) = self.write_back(key, def, state, reason, stats).await {
+            tracing::warn!(db = %key.0, doc_id = %key.1, error = ?e, "cannot record the replication's state");
         }
     }
 
     async fn write_back(
         &self,
-        doc_id: &str,
+        (db_name, doc_id): &DocKey,
         def: &Map<String, Value>,
         state: &str,
         reason: Option<String>,
         stats: Option<Value>,
     ) -> ApiResult<()> {
-        let db = self.engine.db(REPLICATOR_DB)?;
+        let db = self.engine.db(db_name)?;
         let read = db
             .reader()?
             .get(doc_id, &settee_db::reader::GetOptions::default());
+        let doc_id = doc_id.as_str();
         let Ok(cur) = read else { return Ok(()) };
         if cur.deleted {
             return Ok(());
@@ -412,17 +446,18 @@ impl Manager {
         let doc = Doc::from_json(Value::Object(body), || doc_id.to_string())?;
         let results = db.update_async(vec![doc], UpdateOptions::default()).await?;
         if let Some(Err(e)) = results.into_iter().next() {
-            tracing::warn!(doc_id, error = ?e, "replication state not recorded");
+            tracing::warn!(db = %db_name, doc_id, error = ?e, "replication state not recorded");
         }
         Ok(())
     }
 
-    /// `GET /_scheduler/docs[/_replicator[/DOCID]]`.
-    pub fn docs_json(&self, only: Option<&str>) -> Option<Value> {
+    /// `GET /_scheduler/docs`: every replication document (`db`: those of
+    /// one database; `doc`: one document, None when unknown).
+    pub fn docs_json(&self, db: Option<&str>, doc: Option<&str>) -> Option<Value> {
         let docs = self.docs.lock();
-        let one = |id: &str, st: &DocState| {
+        let one = |(db, id): &DocKey, st: &DocState| {
             json!({
-                "database": REPLICATOR_DB,
+                "database": db,
                 "doc_id": id,
                 "id": st.id,
                 "node": self.node,
@@ -435,10 +470,17 @@ impl Manager {
                 "start_time": st.start_time,
             })
         };
-        match only {
-            Some(id) => docs.get(id).map(|st| one(id, st)),
-            None => {
-                let list: Vec<Value> = docs.iter().map(|(id, st)| one(id, st)).collect();
+        match (db, doc) {
+            (Some(db), Some(id)) => {
+                let key = (db.to_string(), id.to_string());
+                docs.get(&key).map(|st| one(&key, st))
+            }
+            _ => {
+                let list: Vec<Value> = docs
+                    .iter()
+                    .filter(|((d, _), _)| db.is_none_or(|want| want == d))
+                    .map(|(k, st)| one(k, st))
+                    .collect();
                 Some(json!({"total_rows": list.len(), "offset": 0, "docs": list}))
             }
         }

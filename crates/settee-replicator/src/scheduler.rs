@@ -35,8 +35,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 struct Entry {
-    /// The `_replicator` document that runs the job, if one does.
-    doc_id: Option<String>,
+    /// The replication document (database, id) that runs the job, if one does.
+    doc_id: Option<(String, String)>,
     spec: Spec,
     continuous: bool,
     user: Option<String>,
@@ -206,7 +206,7 @@ impl Scheduler {
         &self,
         spec: Spec,
         user: Option<String>,
-        doc_id: String,
+        doc_id: (String, String),
         mut stop: tokio::sync::watch::Receiver<bool>,
         report: &StateReport<'_>,
     ) -> Result<Value, RepError> {
@@ -346,8 +346,8 @@ impl Scheduler {
                     );
                 }
                 json!({
-                    "database": e.doc_id.as_ref().map(|_| "_replicator"),
-                    "doc_id": e.doc_id,
+                    "database": e.doc_id.as_ref().map(|(db, _)| db),
+                    "doc_id": e.doc_id.as_ref().map(|(_, id)| id),
                     "id": id,
                     "pid": null,
                     "source": e.spec.source.display(),
@@ -379,8 +379,8 @@ impl Scheduler {
                     "target": e.spec.target.display(),
                     "continuous": e.continuous,
                     "user": e.user,
-                    "database": e.doc_id.as_ref().map(|_| "_replicator"),
-                    "doc_id": e.doc_id,
+                    "database": e.doc_id.as_ref().map(|(db, _)| db),
+                    "doc_id": e.doc_id.as_ref().map(|(_, id)| id),
                     "docs_read": st.stats.docs_read,
                     "docs_written": st.stats.docs_written,
                     "doc_write_failures": st.stats.doc_write_failures,

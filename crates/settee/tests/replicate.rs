@@ -809,3 +809,49 @@ fn since_seq_and_use_checkpoints() {
     assert_eq!(s.admin("GET", "/t4", None).status, 200);
     s.stop();
 }
+
+#[test]
+fn other_replicator_databases_run_their_documents() {
+    let s = Server::start();
+    seed(&s, "src");
+    let url = |db: &str| format!("http://{}:{}@127.0.0.1:{}/{db}", ADMIN.0, ADMIN.1, s.port);
+    s.create_db("team%2F_replicator");
+    let r = s.admin(
+        "PUT",
+        "/team%2F_replicator/local",
+        Some(r#"{"source":"src","target":"x"}"#),
+    );
+    assert_eq!(r.status, 403, "{r:?}");
+    let body = json!({"source": url("src"), "target": url("teamcopy"), "create_target": true});
+    let r = s.admin("PUT", "/team%2F_replicator/once", Some(&body.to_string()));
+    assert_eq!(r.status, 201, "{r:?}");
+    wait_until("the team's document completed", || {
+        s.admin("GET", "/team%2F_replicator/once", None).json()["_replication_state"]
+            == json!("completed")
+    });
+    assert_eq!(leaves(&s, "src"), leaves(&s, "teamcopy"));
+    for path in [
+        "/_scheduler/docs/team%2F_replicator/once",
+        "/_scheduler/docs/team/_replicator/once",
+    ] {
+        let d = doc(&s, path);
+        assert_eq!(
+            (d["database"].clone(), d["state"].clone()),
+            (json!("team/_replicator"), json!("completed")),
+            "{path}: {d}"
+        );
+    }
+    let list = doc(&s, "/_scheduler/docs/team%2F_replicator");
+    assert_eq!(list["total_rows"], json!(1), "{list}");
+    assert_eq!(
+        doc(&s, "/_scheduler/docs/_replicator")["total_rows"],
+        json!(0)
+    );
+    assert_eq!(s.admin("GET", "/_scheduler/docs/nope", None).status, 404);
+    // Deleting the database stops what its documents run.
+    s.admin("DELETE", "/team%2F_replicator", None);
+    wait_until("the team's documents forgotten", || {
+        doc(&s, "/_scheduler/docs")["total_rows"] == json!(0)
+    });
+    s.stop();
+}

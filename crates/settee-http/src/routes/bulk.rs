@@ -432,7 +432,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     let mut checked = Vec::new();
     if name == crate::auth::USERS_DB && new_edits {
         checked = users_db_docs(req, &db, &docs).await?;
-    } else if name == crate::replicator_db::REPLICATOR_DB && new_edits {
+    } else if crate::replicator_db::is_replicator_db(name) && new_edits {
         checked = replicator_db_docs(req, &db, &docs)?;
     }
     let docs: Vec<&RawValue> = if checked.is_empty() {

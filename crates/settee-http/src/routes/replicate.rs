@@ -79,16 +79,29 @@ pub fn scheduler_jobs(app: &App, req: &Req) -> ApiResult<Response> {
     Ok(json_value(StatusCode::OK, &app.replicator.jobs_json()))
 }
 
-/// `GET /_scheduler/docs`, `…/docs/_replicator`, `…/docs/_replicator/DOCID`.
+/// `GET /_scheduler/docs`, `…/docs/{db}`, `…/docs/{db}/{docid}`: `db` is
+/// `_replicator` or a `…/_replicator` database, its slash encoded (`%2F`)
+/// or not.
 pub fn scheduler_docs(app: &App, req: &Req, rest: &[&str]) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
     require_admin(&req.user)?;
-    let out = match rest {
-        [] | ["_replicator"] => app.replicator_docs.docs_json(None),
-        ["_replicator", doc_id] => app.replicator_docs.docs_json(Some(doc_id)),
-        _ => None,
+    let (db, doc) = match rest {
+        [] => (None, None),
+        // The database name is everything up to its `_replicator` part.
+        _ => {
+            let end = rest
+                .iter()
+                .position(|s| crate::replicator_db::is_replicator_db(s))
+                .ok_or_else(|| ApiError::not_found("missing"))?;
+            let db = rest[..=end].join("/");
+            match &rest[end + 1..] {
+                [] => (Some(db), None),
+                [id] => (Some(db), Some(id.to_string())),
+                _ => return Err(ApiError::not_found("missing")),
+            }
+        }
     };
-    match out {
+    match app.replicator_docs.docs_json(db.as_deref(), doc.as_deref()) {
         Some(v) => Ok(json_value(StatusCode::OK, &v)),
         None => Err(ApiError::not_found("missing")),
     }
