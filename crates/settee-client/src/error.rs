@@ -57,11 +57,12 @@ impl Error {
     }
 
     /// Worth retrying the same request: connection errors, broken
-    /// transfers, timeouts and 5xx answers (as CouchDB's replicator does).
+    /// transfers, timeouts, 5xx and 429 (Too Many Requests) answers (as
+    /// CouchDB's replicator does).
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Connect { .. } | Error::Timeout { .. } | Error::Transport { .. } => true,
-            Error::Couch { status, .. } => *status >= 500,
+            Error::Couch { status, .. } => *status >= 500 || *status == 429,
             _ => false,
         }
     }

@@ -855,3 +855,90 @@ fn other_replicator_databases_run_their_documents() {
     });
     s.stop();
 }
+
+/// A proxy to `upstream` that answers every `nth` connection's first
+/// request itself with `status` (a server shedding load) and closes it;
+/// the others are passed through. Returns its port and how many it refused.
+fn refusing_proxy(
+    upstream: u16,
+    nth: usize,
+    status: u16,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::Ordering;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = refused.clone();
+    std::thread::spawn(move || {
+        for (i, client) in listener.incoming().enumerate() {
+            let Ok(mut client) = client else { continue };
+            if i % nth == nth - 1 {
+                let counted = counted.clone();
+                std::thread::spawn(move || {
+                    // Read the request head, answer, close.
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match client.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = r#"{"error":"unavailable","reason":"try again"}"#;
+                    let _ = write!(
+                        client,
+                        "HTTP/1.1 {status} Busy\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let _ = client.shutdown(Shutdown::Both);
+                });
+                continue;
+            }
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_in, &mut s_out);
+                let _ = s_out.shutdown(Shutdown::Write);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s_in, &mut c_out);
+                let _ = c_out.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    (port, refused)
+}
+
+#[test]
+fn retries_servers_that_answer_503_or_429() {
+    let a = Server::start();
+    let b = Server::start();
+    a.create_db("src");
+    let docs: Vec<Value> = (0..1500)
+        .map(|i| json!({"_id": format!("d{i:05}")}))
+        .collect();
+    bulk(&a, "src", json!({ "docs": docs }));
+    for (status, target) in [(503, "t503"), (429, "t429")] {
+        // Every second connection to the target is refused.
+        let (port, refused) = refusing_proxy(b.port, 2, status);
+        let target_url = format!("http://{}:{}@127.0.0.1:{port}/{target}", ADMIN.0, ADMIN.1);
+        let out = ok(replicate(
+            &a,
+            json!({"source": "src", "target": target_url, "create_target": true, "worker_batch_size": 100, "retries_per_request": 10}),
+        ));
+        assert_eq!(out["history"][0]["doc_write_failures"], json!(0), "{out}");
+        assert_eq!(leaves(&a, "src"), leaves(&b, target));
+        assert!(
+            refused.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "{status}: the proxy refused nothing: the test tested nothing"
+        );
+    }
+    a.stop();
+    b.stop();
+}
