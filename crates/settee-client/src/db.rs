@@ -137,15 +137,7 @@ impl Db {
     /// `spec` is a database URL or a bare name joined to `server`.
     pub fn new(client: Client, spec: &str, server: &str) -> Result<Db, Error> {
         let (url, credentials, name) = parse_db_url(spec, server)?;
-        let retry = client.options().retry;
-        Ok(Db {
-            client,
-            url,
-            credentials,
-            name,
-            retry,
-            headers: std::sync::Arc::new([]),
-        })
+        Ok(Db::from_parts(client, url, credentials, name))
     }
 
     /// A database from its parts: `url` without credentials.

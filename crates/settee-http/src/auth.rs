@@ -52,11 +52,17 @@ pub const USERS_DB: &str = "_users";
 /// readable and writable by server admins only (its security object
 /// `admin_only`).
 pub fn ensure_users_db(engine: &Engine) -> settee_db::Result<()> {
-    match engine.db(USERS_DB) {
+    ensure_admin_only_db(engine, USERS_DB)
+}
+
+/// Creates system database `name` unless it exists, admin-only (as
+/// CouchDB creates `_users` and `_replicator` at start).
+pub fn ensure_admin_only_db(engine: &Engine, name: &str) -> settee_db::Result<()> {
+    match engine.db(name) {
         Ok(_) => Ok(()),
         Err(settee_db::Error::NotFound(_)) => {
             let sec = SecurityObject::admin_only().as_json().to_string();
-            match engine.create_db_with_security(USERS_DB, Some(&sec)) {
+            match engine.create_db_with_security(name, Some(&sec)) {
                 Ok(_) | Err(settee_db::Error::DbExists) => Ok(()),
                 Err(e) => Err(e),
             }
@@ -97,6 +103,18 @@ pub fn user_doc_write(
     db: &Database,
     doc: &mut serde_json::Map<String, Value>,
 ) -> ApiResult<()> {
+    let id = user_doc_prepare(user, sec, doc)?;
+    user_doc_validate(user, sec, db, &id, doc)
+}
+
+/// The first part of [`user_doc_write`]: may the requester write this
+/// user document at all (another user's: 404), and its password hashed.
+/// In `_bulk_docs` its refusal fails the whole request. Returns the id.
+pub fn user_doc_prepare(
+    user: &UserCtx,
+    sec: &SecurityObject,
+    doc: &mut serde_json::Map<String, Value>,
+) -> ApiResult<String> {
     let id = doc
         .get("_id")
         .and_then(Value::as_str)
@@ -104,24 +122,20 @@ pub fn user_doc_write(
         .to_string();
     settee_auth::users::check_write(&id, user, sec)?;
     settee_auth::users::before_write(doc, PBKDF2_ITERATIONS)?;
-    user_doc_validate(user, sec, db, doc)
+    Ok(id)
 }
 
 /// The validation part of [`user_doc_write`] (CouchDB's `_users`
 /// validate function): in `_bulk_docs` its refusal is the document's own
-/// result, while the other checks fail the whole request.
+/// result.
 pub fn user_doc_validate(
     user: &UserCtx,
     sec: &SecurityObject,
     db: &Database,
+    id: &str,
     doc: &serde_json::Map<String, Value>,
 ) -> ApiResult<()> {
-    let id = doc
-        .get("_id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let old = live_doc(db, &id)?;
+    let old = live_doc(db, id)?;
     let new = Value::Object(doc.clone());
     settee_auth::users::validate_with_security(&new, old.as_ref(), user, sec)?;
     Ok(())

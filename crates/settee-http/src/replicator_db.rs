@@ -28,7 +28,7 @@ use settee_db::reader::IdRange;
 use settee_db::{Database, Engine, UpdateOptions};
 use settee_replicator::{RepError, Spec};
 
-use crate::auth::{SecurityObject, UserCtx};
+use crate::auth::UserCtx;
 use crate::error::{ApiError, ApiResult};
 
 pub const REPLICATOR_DB: &str = "_replicator";
@@ -44,17 +44,7 @@ type DocKey = (String, String);
 
 /// Creates `_replicator` (admin-only, as CouchDB creates it) if absent.
 pub fn ensure_replicator_db(engine: &Engine) -> settee_db::Result<()> {
-    match engine.db(REPLICATOR_DB) {
-        Ok(_) => Ok(()),
-        Err(settee_db::Error::NotFound(_)) => {
-            let sec = SecurityObject::admin_only().as_json().to_string();
-            match engine.create_db_with_security(REPLICATOR_DB, Some(&sec)) {
-                Ok(_) | Err(settee_db::Error::DbExists) => Ok(()),
-                Err(e) => Err(e),
-            }
-        }
-        Err(e) => Err(e),
-    }
+    crate::auth::ensure_admin_only_db(engine, REPLICATOR_DB)
 }
 
 /// The definition part of a replication document: every member but the
@@ -166,6 +156,10 @@ impl Manager {
     }
 
     async fn follow_until(self: &Arc<Self>, mut closing: tokio::sync::watch::Receiver<bool>) {
+        // Each database's documents are read again only when it is new,
+        // recreated or changed since they were last read: (creation time,
+        // update sequence) then.
+        let mut read: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         loop {
             let names: Vec<String> = match self.engine.list_dbs() {
                 Ok(all) => all.into_iter().filter(|n| is_replicator_db(n)).collect(),
@@ -174,14 +168,24 @@ impl Manager {
                     Vec::new()
                 }
             };
+            read.retain(|name, _| names.contains(name));
             let mut watches = Vec::new();
             for name in &names {
                 let Ok(db) = self.engine.db(name) else {
                     continue;
                 };
                 watches.push(db.subscribe());
-                if let Err(e) = Self::reconcile(self, name, &db) {
-                    tracing::warn!(db = %name, error = %e, "cannot read a replicator database");
+                let state = (db.created_us(), db.update_seq());
+                if read.get(name) == Some(&state) {
+                    continue;
+                }
+                match Self::reconcile(self, name, &db) {
+                    Ok(()) => {
+                        read.insert(name.clone(), state);
+                    }
+                    Err(e) => {
+                        tracing::warn!(db = %name, error = %e, "cannot read a replicator database");
+                    }
                 }
             }
             // Documents of databases that are gone stop their jobs.

@@ -86,16 +86,7 @@ impl Filter {
             Filter::Selector(s) => Some(ChangesFilter::Selector(s.clone())),
             Filter::Named { name, query_params } => Some(ChangesFilter::Named {
                 name: name.clone(),
-                params: query_params
-                    .iter()
-                    .map(|(k, v)| {
-                        let v = match v {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
+                params: query_pairs(query_params),
             }),
         }
     }
@@ -145,6 +136,20 @@ pub struct Spec {
 
 /// Largest `worker_batch_size` accepted (documents per write).
 pub const BATCH_MAX: usize = 10_000;
+
+/// An object's members as query parameters: strings as they are, other
+/// values as JSON.
+fn query_pairs(o: &Map<String, Value>) -> Vec<(String, String)> {
+    o.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
 
 fn bad(reason: impl Into<String>) -> RepError {
     RepError::BadRequest(reason.into())
@@ -284,16 +289,7 @@ impl Spec {
         let create_target = boolean(body, "create_target", false)?;
         let create_target_params = match body.get("create_target_params") {
             None | Some(Value::Null) => vec![],
-            Some(Value::Object(o)) => o
-                .iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
+            Some(Value::Object(o)) => query_pairs(o),
             Some(_) => {
                 return Err(bad(
                     "parameter `create_target_params` must be a JSON object",

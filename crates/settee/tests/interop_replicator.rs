@@ -11,7 +11,7 @@ mod common;
 mod tools_support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -63,60 +63,6 @@ fn edit(h: &Http, db: &str, tag: &str) {
              "_revisions": {"start": 3, "ids": [&rev[2..], "b".repeat(32), "a".repeat(32)]}}
         ]})),
     );
-}
-
-struct PouchServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for PouchServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_pouchdb() -> PouchServer {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let bin = root.join("tests/peers/node_modules/pouchdb-server/bin/pouchdb-server");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `npm ci --prefix tests/peers` (scripts/test does)",
-        bin.display()
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let child = Command::new("node")
-        .arg("--unhandled-rejections=warn")
-        .arg(&bin)
-        .args(["-n", "-o", "127.0.0.1", "-p", &port.to_string(), "-d"])
-        .arg(dir.path())
-        .arg("-c")
-        .arg(dir.path().join("config.json"))
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start pouchdb-server (node)");
-    let server = PouchServer {
-        child,
-        port,
-        _dir: dir,
-    };
-    wait_up(&format!("http://127.0.0.1:{port}/"), "pouchdb-server");
-    server
-}
-
-fn wait_up(url: &str, what: &str) {
-    let agent = common::agent();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while agent.get(url).call().is_err() {
-        assert!(Instant::now() < deadline, "{what} did not answer in 120 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn settee_replicate(h: &Http, body: Value) -> Value {
@@ -196,7 +142,11 @@ fn start_couchdb() -> Option<CouchDb> {
         url: url.to_string(),
         home: PathBuf::from(format!("/tmp/reference-couchdb-3.4.3-{port}")),
     };
-    wait_up(&format!("{}/_up", couch.url), "CouchDB");
+    wait_up(
+        &format!("{}/_up", couch.url),
+        "CouchDB",
+        Duration::from_secs(120),
+    );
     Some(couch)
 }
 

@@ -7,70 +7,9 @@
 mod common;
 mod tools_support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
 use tools_support::*;
-
-struct PouchServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for PouchServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_pouchdb() -> PouchServer {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let bin = root.join("tests/peers/node_modules/pouchdb-server/bin/pouchdb-server");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `npm ci --prefix tests/peers` (scripts/test does)",
-        bin.display()
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let child = Command::new("node")
-        .arg("--unhandled-rejections=warn")
-        .arg(&bin)
-        .args(["-n", "-o", "127.0.0.1", "-p", &port.to_string(), "-d"])
-        .arg(dir.path())
-        .arg("-c")
-        .arg(dir.path().join("config.json"))
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start pouchdb-server (node)");
-    let server = PouchServer {
-        child,
-        port,
-        _dir: dir,
-    };
-    let agent = common::agent();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if agent
-            .get(&format!("http://127.0.0.1:{port}/"))
-            .call()
-            .is_ok()
-        {
-            return server;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pouchdb-server did not answer in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn copy_to_pouchdb_server_and_back() {

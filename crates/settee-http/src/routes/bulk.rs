@@ -342,10 +342,8 @@ async fn users_db_docs(
                 if let Value::Object(m) = &mut v {
                     let id = m.get("_id").and_then(Value::as_str).unwrap_or_default();
                     if !(id.starts_with("_design/") || id.starts_with("_local/")) {
-                        let id = id.to_string();
-                        settee_auth::users::check_write(&id, &user, &sec)?;
-                        settee_auth::users::before_write(m, crate::auth::PBKDF2_ITERATIONS)?;
-                        verdict = crate::auth::user_doc_validate(&user, &sec, &db, m);
+                        let id = crate::auth::user_doc_prepare(&user, &sec, m)?;
+                        verdict = crate::auth::user_doc_validate(&user, &sec, &db, &id, m);
                     }
                 }
                 Ok((

@@ -318,6 +318,73 @@ pub fn assert_fixture_shape(snap: &BTreeMap<String, DocState>) {
     assert!(!snap.keys().any(|k| k.starts_with("_local/")));
 }
 
+/// A pouchdb-server 4.2.0 (tests/peers, pinned by package-lock.json) on a
+/// free loopback port, in a temporary directory; stopped on drop.
+pub struct PouchServer {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for PouchServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts pouchdb-server and waits (60 s at most) until it answers. A
+/// missing npm install is a failure, never a skip.
+pub fn start_pouchdb() -> PouchServer {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = root.join("tests/peers/node_modules/pouchdb-server/bin/pouchdb-server");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `npm ci --prefix tests/peers` (scripts/test does)",
+        bin.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let child = Command::new("node")
+        .arg("--unhandled-rejections=warn")
+        .arg(&bin)
+        .args(["-n", "-o", "127.0.0.1", "-p", &port.to_string(), "-d"])
+        .arg(dir.path())
+        .arg("-c")
+        .arg(dir.path().join("config.json"))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pouchdb-server (node)");
+    let server = PouchServer {
+        child,
+        port,
+        _dir: dir,
+    };
+    wait_up(
+        &format!("http://127.0.0.1:{port}/"),
+        "pouchdb-server",
+        Duration::from_secs(60),
+    );
+    server
+}
+
+/// Waits until `url` answers a GET, at most `limit`.
+pub fn wait_up(url: &str, what: &str, limit: Duration) {
+    let agent = common::agent();
+    let deadline = Instant::now() + limit;
+    while agent.get(url).call().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not answer in {} s",
+            limit.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
