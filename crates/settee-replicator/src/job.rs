@@ -41,7 +41,8 @@ pub struct Status {
     pub checkpointed_seq: Value,
     pub started_on: u64,
     pub updated_on: u64,
-    /// `running`, `crashing` (waiting to retry), `completed` or `failed`.
+    /// `running` or `crashing` (waiting to retry); a job that ended is no
+    /// longer listed.
     pub state: &'static str,
     pub error: Option<String>,
 }
