@@ -71,6 +71,11 @@ pub struct Settings {
     /// `[replicator] max_jobs`: replications running at once (CouchDB's
     /// default 500); `_replicator` documents beyond it wait (`pending`).
     pub replicator_max_jobs: u64,
+    /// `[replicator] max_churn`: jobs one rotation stops (default 20).
+    pub replicator_max_churn: u64,
+    /// `[replicator] interval`: milliseconds between rotations (default
+    /// 60000).
+    pub replicator_interval_ms: u64,
     /// `[couchdb] users_db_security_editable` (default false: the users
     /// database's security object cannot be changed).
     pub users_db_security_editable: bool,
@@ -152,6 +157,8 @@ impl Settings {
             default_security_admin_only: get("couchdb", "default_security") != Some("everyone"),
             admin_only_all_dbs: boolean("chttpd", "admin_only_all_dbs", true),
             replicator_max_jobs: number("replicator", "max_jobs", 500),
+            replicator_max_churn: number("replicator", "max_churn", 20),
+            replicator_interval_ms: number("replicator", "interval", 60_000),
             users_db_security_editable: boolean("couchdb", "users_db_security_editable", false),
             require_valid_user: boolean("chttpd", "require_valid_user", false),
             require_valid_user_except_for_up: boolean(
@@ -257,6 +264,8 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         }
         ("couchdb", "max_document_size")
         | ("replicator", "max_jobs")
+        | ("replicator", "max_churn")
+        | ("replicator", "interval")
         | ("couchdb", "max_bulk_docs_count")
         | ("couchdb", "max_bulk_get_count")
         | ("chttpd", "max_http_request_size")

@@ -111,6 +111,7 @@ pub async fn serve(
         let _ = app.local_addr.set(addr);
     }
     // The `_replicator` database's jobs run while the server serves.
+    app.replicator.spawn_rescheduler();
     let follower = tokio::spawn(Arc::clone(&app.replicator_docs).follow(app.closing.subscribe()));
     let permits = Arc::new(Semaphore::new(opts.max_connections.max(1)));
     let threads = if opts.threads == 0 {

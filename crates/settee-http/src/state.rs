@@ -104,6 +104,15 @@ pub struct AppState {
     pub local_addr: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
+/// `[replicator] max_jobs`, `max_churn` and `interval`, live.
+fn apply_replicator_settings(s: &settee_replicator::Scheduler, settings: &crate::config::Settings) {
+    s.set_max_jobs(usize::try_from(settings.replicator_max_jobs).unwrap_or(usize::MAX));
+    s.set_max_churn(usize::try_from(settings.replicator_max_churn).unwrap_or(usize::MAX));
+    s.set_interval(std::time::Duration::from_millis(
+        settings.replicator_interval_ms,
+    ));
+}
+
 /// A database's stored security text and the object parsed from it.
 pub type ParsedSecurity = (Arc<str>, Arc<SecurityObject>);
 
@@ -116,8 +125,7 @@ impl AppState {
         let settings = self.config.settings();
         self.engine
             .set_att_compression(settings.att_compression.clone());
-        self.replicator
-            .set_max_jobs(usize::try_from(settings.replicator_max_jobs).unwrap_or(usize::MAX));
+        apply_replicator_settings(&self.replicator, &settings);
     }
 
     /// The server's state; fails only when the JavaScript workers cannot
@@ -154,7 +162,7 @@ impl AppState {
             server_uuid.clone(),
             NODE_NAME.to_string(),
         ));
-        scheduler.set_max_jobs(usize::try_from(settings.replicator_max_jobs).unwrap_or(usize::MAX));
+        apply_replicator_settings(&scheduler, &settings);
         let replicator_docs = Arc::new(crate::replicator_db::Manager::new(
             engine.clone(),
             Arc::clone(&scheduler),

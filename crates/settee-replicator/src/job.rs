@@ -41,10 +41,6 @@ pub struct Status {
     pub checkpointed_seq: Value,
     pub started_on: u64,
     pub updated_on: u64,
-    /// `running` or `crashing` (waiting to retry); a job that ended is no
-    /// longer listed.
-    pub state: &'static str,
-    pub error: Option<String>,
 }
 
 impl Default for Status {
@@ -56,8 +52,6 @@ impl Default for Status {
             checkpointed_seq: json!(0),
             started_on: now,
             updated_on: now,
-            state: "running",
-            error: None,
         }
     }
 }
@@ -233,7 +227,6 @@ pub async fn run(
         let mut st = status.lock();
         st.source_seq = log.start_seq.clone();
         st.checkpointed_seq = log.start_seq.clone();
-        st.state = "running";
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel(PAGES_QUEUED);
     let opts = ReadOptions {

@@ -1,71 +1,155 @@
-//! The replication jobs of one server: `POST /_replicate` runs one-shot
-//! jobs (answering when they end) and starts continuous ones (answering at
-//! once with the job id); `cancel` stops one; `_scheduler/jobs` and
-//! `_active_tasks` list them.
+//! The replication jobs of one server and the slots they run in, as
+//! CouchDB's scheduling replicator: `POST /_replicate` runs one-shot jobs
+//! (answering when they end) and starts continuous ones (answering at once
+//! with the job id); `_replicator` documents run as jobs too; `cancel`
+//! stops one; `_scheduler/jobs` and `_active_tasks` list them.
 //!
-//! A continuous job that fails is retried with exponential backoff
-//! ([`BACKOFF_FIRST`] doubling to [`BACKOFF_MAX`]) from its last
-//! checkpoint until it is cancelled, as CouchDB's scheduler retries
-//! crashing jobs.
+//! - At most `max_jobs` jobs run at once ([`JOBS_MAX`] unless set from
+//!   `[replicator] max_jobs`); the others wait `pending`, first come first
+//!   served, and take a slot as soon as one is free.
+//! - Every `interval` ([`INTERVAL`]) the scheduler rotates: while jobs
+//!   wait, it stops up to `max_churn` ([`CHURN_MAX`]) of the continuous
+//!   jobs that have run longest (each writes its checkpoint and queues
+//!   again), so every job makes progress; jobs above a lowered `max_jobs`
+//!   are stopped the same way. One-shot jobs run to their end.
+//! - A continuous job that fails is retried with exponential backoff
+//!   ([`BACKOFF_FIRST`] doubling to [`BACKOFF_MAX`]) from its last
+//!   checkpoint, holding no slot meanwhile, until it is cancelled.
 //!
-//! Invariants: at most `max_jobs` jobs run at once ([`JOBS_MAX`] unless
-//! set from `[replicator] max_jobs`): a further `_replicate` is refused, a
-//! further `_replicator` document waits (`pending`, looked at again every
-//! second) — nothing is queued without bound; a job id names at most one
-//! running job; cancelling stops the job's reader and writer before the
+//! Invariants: the slots taken (`running`) are exactly the registered jobs
+//! whose run holds one (a job's [`Registration`] gives its slot back
+//! however its future ends, dropped included); at most
+//! [`REGISTERED_MAX`] jobs are known at once — a further `_replicate` is
+//! refused — so nothing is queued without bound; a job id names at most
+//! one job; cancelling stops the job's reader and writer before the
 //! answer (its last checkpoint is written on the way out).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use tokio::sync::{oneshot, watch};
 
-use crate::job::{self, unix_now, Status};
+use crate::job::{self, unix_now, Outcome, Prepared, Status};
 use crate::spec::Spec;
 use crate::RepError;
 
 /// Jobs running at once on one server, by default (CouchDB's `max_jobs`).
 pub const JOBS_MAX: usize = 500;
-/// How often a pending `_replicator` document looks for a free slot.
-pub const PENDING_POLL: Duration = Duration::from_secs(1);
+/// Jobs stopped per rotation, by default (CouchDB's `max_churn`).
+pub const CHURN_MAX: usize = 20;
+/// Time between rotations, by default (CouchDB's `interval`).
+pub const INTERVAL: Duration = Duration::from_secs(60);
+/// Jobs known at once, running or not.
+pub const REGISTERED_MAX: usize = 100_000;
+/// Events kept per job (CouchDB's `max_history`).
+pub const HISTORY_MAX: usize = 20;
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(5);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobState {
+    Pending,
+    Running,
+    Crashing,
+}
 
 #[derive(Debug)]
 struct Entry {
     /// The replication document (database, id) that runs the job, if one does.
     doc_id: Option<(String, String)>,
     spec: Spec,
-    continuous: bool,
     user: Option<String>,
-    started: String,
+    state: JobState,
+    /// When the job's current run started, if one runs.
+    started_at: Option<Instant>,
+    /// Events, newest first (≤ [`HISTORY_MAX`]).
+    history: VecDeque<Value>,
     status: Arc<Mutex<Status>>,
-    stop: tokio::sync::watch::Sender<bool>,
-    done: tokio::sync::watch::Receiver<bool>,
+    /// Stops a `_replicate` job for good (cancel); a document's job is
+    /// stopped through its document.
+    stop: Option<watch::Sender<bool>>,
+    /// Stops the current run only (rotation); None while not running.
+    run_stop: Option<watch::Sender<bool>>,
+    /// The current run was stopped by rotation: the job queues again.
+    preempted: bool,
+    done: watch::Receiver<bool>,
+}
+
+impl Entry {
+    fn event(&mut self, kind: &str, reason: Option<&str>) {
+        let mut e = json!({"timestamp": iso_now(), "type": kind});
+        if let Some(r) = reason {
+            e["reason"] = json!(r);
+        }
+        self.history.push_front(e);
+        self.history.truncate(HISTORY_MAX);
+    }
 }
 
 /// Told of a document job's state changes: (state, replication id,
 /// error).
 pub type StateReport<'a> = dyn Fn(&str, Option<&str>, Option<&str>) + Send + Sync + 'a;
 
-/// Removes a job's entry when dropped.
-struct Remove<'a>(&'a Scheduler, String);
-
-impl Drop for Remove<'_> {
-    fn drop(&mut self) {
-        self.0.jobs.lock().remove(&self.1);
-    }
+#[derive(Debug, Default)]
+struct Inner {
+    jobs: BTreeMap<String, Entry>,
+    /// Slots taken.
+    running: usize,
+    /// Jobs waiting for a slot, first come first served; a grant is a
+    /// send on the waiter's channel (a waiter gone is skipped).
+    queue: VecDeque<(String, oneshot::Sender<()>)>,
+    /// The server is stopping: no run starts.
+    stopping: bool,
 }
 
-/// The server's running replications.
+/// The server's replication jobs.
 #[derive(Debug)]
 pub struct Scheduler {
     server_uuid: String,
     node: String,
-    jobs: Mutex<BTreeMap<String, Entry>>,
-    max_jobs: std::sync::atomic::AtomicUsize,
+    inner: Mutex<Inner>,
+    max_jobs: AtomicUsize,
+    max_churn: AtomicUsize,
+    interval_ms: AtomicU64,
+}
+
+/// A registered job; dropping it forgets the job (and frees its slot if
+/// it holds one), however the job's future ends.
+struct Registration {
+    sched: Arc<Scheduler>,
+    key: String,
+    holds_slot: bool,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        {
+            let mut inner = self.sched.inner.lock();
+            inner.jobs.remove(&self.key);
+            if self.holds_slot {
+                inner.running = inner.running.saturating_sub(1);
+                self.sched.grant(&mut inner);
+            }
+        }
+        let _ = self.done.send(true);
+    }
+}
+
+/// Why a job could not be registered.
+enum Refused {
+    /// The same replication is already a job.
+    Duplicate,
+    /// [`REGISTERED_MAX`] jobs are known.
+    Full,
+}
+
+fn stopped() -> RepError {
+    RepError::Failed("stopped".into())
 }
 
 /// Now as CouchDB's scheduler writes times (`2026-11-25T07:20:36Z`).
@@ -96,23 +180,157 @@ impl Scheduler {
         Scheduler {
             server_uuid,
             node,
-            jobs: Mutex::new(BTreeMap::new()),
-            max_jobs: std::sync::atomic::AtomicUsize::new(JOBS_MAX),
+            inner: Mutex::new(Inner::default()),
+            max_jobs: AtomicUsize::new(JOBS_MAX),
+            max_churn: AtomicUsize::new(CHURN_MAX),
+            interval_ms: AtomicU64::new(INTERVAL.as_millis() as u64),
         }
     }
 
-    /// Sets how many jobs may run at once (`[replicator] max_jobs`).
+    /// Sets how many jobs may run at once (`[replicator] max_jobs`); a
+    /// raised limit starts waiting jobs at once, a lowered one stops the
+    /// excess at the next rotation.
     pub fn set_max_jobs(&self, n: usize) {
-        self.max_jobs
-            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        self.max_jobs.store(n.max(1), Ordering::Relaxed);
+        self.grant(&mut self.inner.lock());
+    }
+
+    /// Sets how many jobs one rotation stops (`[replicator] max_churn`).
+    pub fn set_max_churn(&self, n: usize) {
+        self.max_churn.store(n, Ordering::Relaxed);
+    }
+
+    /// Sets the time between rotations (`[replicator] interval`, in
+    /// milliseconds); read before each wait.
+    pub fn set_interval(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.interval_ms.store(ms, Ordering::Relaxed);
     }
 
     fn max_jobs(&self) -> usize {
-        self.max_jobs.load(std::sync::atomic::Ordering::Relaxed)
+        self.max_jobs.load(Ordering::Relaxed)
+    }
+
+    /// Starts the rotation task; it ends when the scheduler is dropped.
+    pub fn spawn_rescheduler(self: &Arc<Self>) {
+        let weak: Weak<Scheduler> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            // Looks at least every second, so a changed interval applies
+            // without waiting out the old one.
+            let mut last = Instant::now();
+            loop {
+                let interval = match weak.upgrade() {
+                    Some(s) => Duration::from_millis(s.interval_ms.load(Ordering::Relaxed)),
+                    None => return,
+                };
+                let due = interval.saturating_sub(last.elapsed());
+                tokio::time::sleep(due.min(Duration::from_secs(1))).await;
+                if last.elapsed() < interval {
+                    continue;
+                }
+                match weak.upgrade() {
+                    Some(s) => s.reschedule(),
+                    None => return,
+                }
+                last = Instant::now();
+            }
+        });
+    }
+
+    /// Gives free slots to waiting jobs, in order.
+    fn grant(&self, inner: &mut Inner) {
+        let max = self.max_jobs();
+        while inner.running < max && !inner.stopping {
+            let Some((_, tx)) = inner.queue.pop_front() else {
+                break;
+            };
+            if tx.send(()).is_ok() {
+                inner.running += 1;
+            }
+        }
+    }
+
+    /// One rotation: stops the jobs above `max_jobs`, then, while jobs
+    /// wait, up to `max_churn` more — continuous ones, longest running
+    /// first. Each stopped job checkpoints and queues again; the slots it
+    /// frees go to the jobs that waited longest.
+    pub fn reschedule(&self) {
+        let mut inner = self.inner.lock();
+        if inner.stopping {
+            return;
+        }
+        inner.queue.retain(|(_, tx)| !tx.is_closed());
+        self.grant(&mut inner);
+        let excess = inner.running.saturating_sub(self.max_jobs());
+        let churn = self
+            .max_churn
+            .load(Ordering::Relaxed)
+            .min(inner.queue.len());
+        let mut candidates: Vec<(Instant, String)> = inner
+            .jobs
+            .iter()
+            .filter(|(_, e)| {
+                e.state == JobState::Running
+                    && e.spec.continuous
+                    && e.run_stop.is_some()
+                    && !e.preempted
+            })
+            .filter_map(|(k, e)| Some((e.started_at?, k.clone())))
+            .collect();
+        candidates.sort();
+        for (_, key) in candidates.into_iter().take(excess + churn) {
+            if let Some(e) = inner.jobs.get_mut(&key) {
+                e.preempted = true;
+                if let Some(tx) = &e.run_stop {
+                    let _ = tx.send(true);
+                }
+            }
+        }
+    }
+
+    /// Registers job `key` (pending until it takes a slot).
+    fn register(
+        self: &Arc<Self>,
+        key: &str,
+        doc_id: Option<(String, String)>,
+        spec: &Spec,
+        user: Option<String>,
+        status: &Arc<Mutex<Status>>,
+        stop: Option<watch::Sender<bool>>,
+    ) -> Result<Registration, Refused> {
+        let (done_tx, done_rx) = watch::channel(false);
+        let mut inner = self.inner.lock();
+        if inner.jobs.contains_key(key) {
+            return Err(Refused::Duplicate);
+        }
+        if inner.jobs.len() >= REGISTERED_MAX {
+            return Err(Refused::Full);
+        }
+        let mut entry = Entry {
+            doc_id,
+            spec: spec.clone(),
+            user,
+            state: JobState::Pending,
+            started_at: None,
+            history: VecDeque::new(),
+            status: Arc::clone(status),
+            stop,
+            run_stop: None,
+            preempted: false,
+            done: done_rx,
+        };
+        entry.event("added", None);
+        inner.jobs.insert(key.to_string(), entry);
+        Ok(Registration {
+            sched: Arc::clone(self),
+            key: key.to_string(),
+            holds_slot: false,
+            done: done_tx,
+        })
     }
 
     /// `POST /_replicate` with a checked spec: cancels, starts a continuous
-    /// job, or runs a one-shot job to its end.
+    /// job, or runs a one-shot job to its end (waiting for a slot first).
     pub async fn replicate(
         self: &Arc<Self>,
         spec: Spec,
@@ -124,185 +342,97 @@ impl Scheduler {
         let client = job::client_for(&spec)?;
         let prepared = job::prepare(&spec, &client, &self.server_uuid).await?;
         let id = prepared.full_id.clone();
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let (stop_tx, stop_rx) = watch::channel(false);
         let status = Arc::new(Mutex::new(Status::default()));
-        {
-            let mut jobs = self.jobs.lock();
-            if jobs.contains_key(&id) {
-                if spec.continuous {
-                    return Ok(json!({"ok": true, "_local_id": id}));
-                }
+        let mut reg = match self.register(&id, None, &spec, user, &status, Some(stop_tx)) {
+            Ok(reg) => reg,
+            Err(Refused::Duplicate) if spec.continuous => {
+                return Ok(json!({"ok": true, "_local_id": id}));
+            }
+            Err(Refused::Duplicate) => {
                 return Err(RepError::Failed(format!(
                     "replication {id} is already running"
                 )));
             }
-            let max = self.max_jobs();
-            if jobs.len() >= max {
+            Err(Refused::Full) => {
                 return Err(RepError::Failed(format!(
-                    "too many replications running ({max}, [replicator] max_jobs)"
+                    "too many replications ({REGISTERED_MAX})"
                 )));
             }
-            jobs.insert(
-                id.clone(),
-                Entry {
-                    doc_id: None,
-                    spec: spec.clone(),
-                    continuous: spec.continuous,
-                    user,
-                    started: iso_now(),
-                    status: status.clone(),
-                    stop: stop_tx,
-                    done: done_rx,
-                },
-            );
-        }
+        };
         if !spec.continuous {
-            // Removed however the run ends (also when the client goes away
-            // and this future is dropped).
-            let _entry = Remove(self, id.clone());
-            let result = job::run(&spec, &prepared, stop_rx, &status).await;
-            let _ = done_tx.send(true);
-            return result;
+            return reg
+                .drive(&spec, Some(prepared), stop_rx, &status, &|_, _, _| {})
+                .await;
         }
-        let me = Arc::clone(self);
-        let job_id = id.clone();
         tokio::spawn(async move {
-            let mut backoff = BACKOFF_FIRST;
-            let mut stop = stop_rx;
-            loop {
-                match job::run(&spec, &prepared, stop.clone(), &status).await {
-                    Ok(_) => break,
-                    Err(e) => {
-                        tracing::warn!(job = %job_id, error = %e, "replication crashed; retrying");
-                        {
-                            let mut st = status.lock();
-                            st.state = "crashing";
-                            st.error = Some(e.to_string());
-                        }
-                        tokio::select! {
-                            _ = tokio::time::sleep(backoff) => {}
-                            _ = stop.changed() => break,
-                        }
-                        if *stop.borrow() {
-                            break;
-                        }
-                        backoff = (backoff * 2).min(BACKOFF_MAX);
-                    }
-                }
-            }
-            me.jobs.lock().remove(&job_id);
-            let _ = done_tx.send(true);
+            let _ = reg
+                .drive(&spec, Some(prepared), stop_rx, &status, &|_, _, _| {})
+                .await;
         });
         Ok(json!({"ok": true, "_local_id": id}))
     }
 
     /// Runs the job of a `_replicator` document until it ends (one-shot)
     /// or `stop` turns true; `report(state, replication id, error)` is told
-    /// of every change of state. Failures to start or of a continuous job
-    /// are retried with backoff (state `crashing`); an invalid definition
-    /// or a failed one-shot run is the result.
+    /// of every change of state (`pending`, `running`, `crashing`).
+    /// Failures to start or of a continuous job are retried with backoff;
+    /// an invalid definition or a failed one-shot run is the result.
     pub async fn run_doc_job(
-        &self,
+        self: &Arc<Self>,
         spec: Spec,
         user: Option<String>,
         doc_id: (String, String),
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        mut stop: watch::Receiver<bool>,
         report: &StateReport<'_>,
     ) -> Result<Value, RepError> {
         let mut backoff = BACKOFF_FIRST;
-        let mut registered: Option<String> = None;
         let status = Arc::new(Mutex::new(Status::default()));
-        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        let result = loop {
+        let (mut reg, prepared) = loop {
             if *stop.borrow() {
-                break Err(RepError::Failed("stopped".into()));
+                return Err(stopped());
             }
             let attempt = async {
                 let client = job::client_for(&spec)?;
                 job::prepare(&spec, &client, &self.server_uuid).await
             }
             .await;
-            let err = match attempt {
-                Ok(prepared) => {
-                    if registered.is_none() {
-                        let taken = {
-                            let mut jobs = self.jobs.lock();
-                            if jobs.contains_key(&prepared.full_id) {
-                                Some("crashing")
-                            } else if jobs.len() >= self.max_jobs() {
-                                Some("pending")
-                            } else {
-                                // The scheduler's stop signal is the document's.
-                                let (own_stop, _) = tokio::sync::watch::channel(false);
-                                jobs.insert(
-                                    prepared.full_id.clone(),
-                                    Entry {
-                                        doc_id: Some(doc_id.clone()),
-                                        spec: spec.clone(),
-                                        continuous: spec.continuous,
-                                        user: user.clone(),
-                                        started: iso_now(),
-                                        status: status.clone(),
-                                        stop: own_stop,
-                                        done: done_rx.clone(),
-                                    },
-                                );
-                                None
-                            }
-                        };
-                        match taken {
-                            // Waits for a free slot; not an error.
-                            Some("pending") => {
-                                report("pending", Some(&prepared.full_id), None);
-                                tokio::select! {
-                                    _ = tokio::time::sleep(PENDING_POLL) => {}
-                                    _ = stop.changed() => {}
-                                }
-                                continue;
-                            }
-                            // The same replication already runs (another
-                            // document or `_replicate`).
-                            Some(_) => {
-                                report(
-                                    "crashing",
-                                    Some(&prepared.full_id),
-                                    Some("the same replication is already running"),
-                                );
-                                tokio::select! {
-                                    _ = tokio::time::sleep(backoff) => {}
-                                    _ = stop.changed() => {}
-                                }
-                                backoff = (backoff * 2).min(BACKOFF_MAX);
-                                continue;
-                            }
-                            None => {}
-                        }
-                        registered = Some(prepared.full_id.clone());
-                    }
-                    report("running", Some(&prepared.full_id), None);
-                    match job::run(&spec, &prepared, stop.clone(), &status).await {
-                        Ok(out) => break Ok(out),
-                        Err(e) if !spec.continuous => break Err(e),
-                        Err(e) => e,
+            let (id, reason) = match attempt {
+                Ok(p) => {
+                    match self.register(
+                        &p.full_id,
+                        Some(doc_id.clone()),
+                        &spec,
+                        user.clone(),
+                        &status,
+                        None,
+                    ) {
+                        Ok(reg) => break (reg, p),
+                        Err(Refused::Duplicate) => (
+                            Some(p.full_id),
+                            "the same replication is already running".to_string(),
+                        ),
+                        Err(Refused::Full) => (Some(p.full_id), "too many replications".into()),
                     }
                 }
-                Err(e @ (RepError::BadRequest(_) | RepError::LocalEndpoint)) => break Err(e),
-                Err(e) => e,
+                Err(e @ (RepError::BadRequest(_) | RepError::LocalEndpoint)) => return Err(e),
+                Err(e) => (None, e.to_string()),
             };
-            report("crashing", None, Some(&err.to_string()));
-            status.lock().state = "crashing";
+            report("crashing", id.as_deref(), Some(&reason));
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = stop.changed() => {}
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         };
-        if let Some(id) = registered {
-            self.jobs.lock().remove(&id);
+        reg.drive(&spec, Some(prepared), stop, &status, report)
+            .await
+    }
+
+    fn with_entry(&self, key: &str, f: impl FnOnce(&mut Entry)) {
+        if let Some(e) = self.inner.lock().jobs.get_mut(key) {
+            f(e);
         }
-        let _ = done_tx.send(true);
-        result
     }
 
     /// Stops the job named by `replication_id` or by the same definition.
@@ -315,12 +445,14 @@ impl Scheduler {
             }
         };
         let found = {
-            let jobs = self.jobs.lock();
+            let inner = self.inner.lock();
             // A `_replicator` document's job stops with its document.
-            jobs.iter()
+            inner
+                .jobs
+                .iter()
                 .filter(|(_, e)| e.doc_id.is_none())
                 .find(|(k, _)| **k == id || k.split('+').next() == Some(id.as_str()))
-                .map(|(k, e)| (k.clone(), e.stop.clone(), e.done.clone()))
+                .and_then(|(k, e)| Some((k.clone(), e.stop.clone()?, e.done.clone())))
         };
         let Some((key, stop, mut done)) = found else {
             return Err(RepError::NotFound("missing".into()));
@@ -331,20 +463,15 @@ impl Scheduler {
         Ok(json!({"ok": true, "_local_id": key}))
     }
 
-    /// `GET /_scheduler/jobs`: the running jobs.
+    /// `GET /_scheduler/jobs`: the jobs, running or waiting.
     pub fn jobs_json(&self) -> Value {
-        let jobs = self.jobs.lock();
-        let list: Vec<Value> = jobs
+        let inner = self.inner.lock();
+        let list: Vec<Value> = inner
+            .jobs
             .iter()
             .map(|(id, e)| {
-                let st = e.status.lock();
-                let mut history = vec![json!({"timestamp": e.started, "type": "started"})];
-                if let Some(err) = &st.error {
-                    history.insert(
-                        0,
-                        json!({"timestamp": iso_now(), "type": "crashed", "reason": err}),
-                    );
-                }
+                // When the job was added (its oldest event), as CouchDB.
+                let start = e.history.back().map(|h| h["timestamp"].clone());
                 json!({
                     "database": e.doc_id.as_ref().map(|(db, _)| db),
                     "doc_id": e.doc_id.as_ref().map(|(_, id)| id),
@@ -354,9 +481,9 @@ impl Scheduler {
                     "target": e.spec.target.display(),
                     "user": e.user,
                     "info": null,
-                    "history": history,
+                    "history": e.history,
                     "node": self.node,
-                    "start_time": e.started,
+                    "start_time": start,
                 })
             })
             .collect();
@@ -365,19 +492,22 @@ impl Scheduler {
 
     /// The `_active_tasks` entries of the running jobs.
     pub fn active_tasks(&self) -> Vec<Value> {
-        let jobs = self.jobs.lock();
-        jobs.iter()
+        let inner = self.inner.lock();
+        inner
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.state == JobState::Running)
             .map(|(id, e)| {
                 let st = e.status.lock();
                 json!({
                     "node": self.node,
                     "pid": null,
-                    "process_status": if st.state == "crashing" { "waiting" } else { "running" },
+                    "process_status": "running",
                     "type": "replication",
                     "replication_id": id,
                     "source": e.spec.source.display(),
                     "target": e.spec.target.display(),
-                    "continuous": e.continuous,
+                    "continuous": e.spec.continuous,
                     "user": e.user,
                     "database": e.doc_id.as_ref().map(|(db, _)| db),
                     "doc_id": e.doc_id.as_ref().map(|(_, id)| id),
@@ -401,10 +531,17 @@ impl Scheduler {
     /// Stops every job (server shutdown); each writes its last checkpoint.
     pub async fn stop_all(&self) {
         let waits: Vec<_> = {
-            let jobs = self.jobs.lock();
-            jobs.values()
+            let mut inner = self.inner.lock();
+            inner.stopping = true;
+            // Waiting jobs see their grant channel close.
+            inner.queue.clear();
+            inner
+                .jobs
+                .values()
                 .map(|e| {
-                    let _ = e.stop.send(true);
+                    for tx in e.stop.iter().chain(e.run_stop.iter()) {
+                        let _ = tx.send(true);
+                    }
                     e.done.clone()
                 })
                 .collect()
@@ -413,6 +550,191 @@ impl Scheduler {
             let _ = d.wait_for(|x| *x).await;
         }));
         let _ = tokio::time::timeout(Duration::from_secs(5), all).await;
+    }
+}
+
+impl Registration {
+    /// Runs the job: waits for a slot, runs, and goes on as its kind
+    /// wants — a one-shot job ends with its run, a continuous one queues
+    /// again when rotated out and retries with backoff when it fails.
+    async fn drive(
+        &mut self,
+        spec: &Spec,
+        mut prepared: Option<Prepared>,
+        mut stop: watch::Receiver<bool>,
+        status: &Arc<Mutex<Status>>,
+        report: &StateReport<'_>,
+    ) -> Result<Outcome, RepError> {
+        let sched = Arc::clone(&self.sched);
+        let mut backoff = BACKOFF_FIRST;
+        loop {
+            if *stop.borrow() {
+                return Err(stopped());
+            }
+            // A run that failed prepares again (the target may be gone and
+            // be created again, credentials may have changed).
+            let p = match prepared.take() {
+                Some(p) => p,
+                None => {
+                    let attempt = async {
+                        let client = job::client_for(spec)?;
+                        job::prepare(spec, &client, &sched.server_uuid).await
+                    }
+                    .await;
+                    match attempt {
+                        Ok(p) => p,
+                        Err(e) => {
+                            if !self.back_off(&mut stop, &mut backoff, &e, report).await {
+                                return Err(stopped());
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            if !self.acquire(&mut stop, report).await {
+                return Err(stopped());
+            }
+            let (run_tx, run_rx) = watch::channel(false);
+            sched.with_entry(&self.key, |e| {
+                e.state = JobState::Running;
+                e.started_at = Some(Instant::now());
+                e.run_stop = Some(run_tx.clone());
+                e.event("started", None);
+            });
+            report("running", Some(&self.key), None);
+            let out = run_once(spec, &p, &mut stop, run_rx, &run_tx, status).await;
+            let preempted = self.release();
+            if *stop.borrow() || sched.inner.lock().stopping {
+                return out;
+            }
+            match out {
+                Ok(_) if preempted => {
+                    sched.with_entry(&self.key, |e| e.event("stopped", None));
+                    prepared = Some(p);
+                }
+                Err(e) if spec.continuous => {
+                    if !self.back_off(&mut stop, &mut backoff, &e, report).await {
+                        return Err(stopped());
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits for a slot (reporting `pending` when it must); false when the
+    /// job was stopped meanwhile.
+    async fn acquire(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+        report: &StateReport<'_>,
+    ) -> bool {
+        let sched = Arc::clone(&self.sched);
+        let mut rx = {
+            let mut inner = sched.inner.lock();
+            if inner.stopping {
+                return false;
+            }
+            if inner.queue.is_empty() && inner.running < sched.max_jobs() {
+                inner.running += 1;
+                self.holds_slot = true;
+                return true;
+            }
+            let (tx, rx) = oneshot::channel();
+            inner.queue.push_back((self.key.clone(), tx));
+            if let Some(e) = inner.jobs.get_mut(&self.key) {
+                e.state = JobState::Pending;
+            }
+            rx
+        };
+        report("pending", Some(&self.key), None);
+        loop {
+            tokio::select! {
+                granted = &mut rx => {
+                    self.holds_slot = granted.is_ok();
+                    return granted.is_ok();
+                }
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        // A grant sent before the close is ours to give back.
+                        rx.close();
+                        self.holds_slot = rx.try_recv().is_ok();
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives the slot back; whether the run was stopped by rotation.
+    fn release(&mut self) -> bool {
+        let mut inner = self.sched.inner.lock();
+        if self.holds_slot {
+            inner.running = inner.running.saturating_sub(1);
+            self.holds_slot = false;
+        }
+        let preempted = match inner.jobs.get_mut(&self.key) {
+            Some(e) => {
+                e.state = JobState::Pending;
+                e.started_at = None;
+                e.run_stop = None;
+                std::mem::take(&mut e.preempted)
+            }
+            None => false,
+        };
+        self.sched.grant(&mut inner);
+        preempted
+    }
+
+    /// A failure: `crashing` for the backoff time (no slot held); false
+    /// when the job was stopped meanwhile.
+    async fn back_off(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+        backoff: &mut Duration,
+        e: &RepError,
+        report: &StateReport<'_>,
+    ) -> bool {
+        let reason = e.to_string();
+        tracing::warn!(job = %self.key, error = %reason, "replication crashed; retrying");
+        self.sched.with_entry(&self.key, |entry| {
+            entry.state = JobState::Crashing;
+            entry.event("crashed", Some(&reason));
+        });
+        report("crashing", Some(&self.key), Some(&reason));
+        tokio::select! {
+            _ = tokio::time::sleep(*backoff) => {}
+            _ = stop.changed() => {}
+        }
+        *backoff = (*backoff * 2).min(BACKOFF_MAX);
+        !*stop.borrow()
+    }
+}
+
+/// One run of a job, stopped by `stop` (the job's) or by `run_tx` (this
+/// run's; rotation), whichever comes first.
+async fn run_once(
+    spec: &Spec,
+    p: &Prepared,
+    stop: &mut watch::Receiver<bool>,
+    run_rx: watch::Receiver<bool>,
+    run_tx: &watch::Sender<bool>,
+    status: &Mutex<Status>,
+) -> Result<Outcome, RepError> {
+    let run = job::run(spec, p, run_rx, status);
+    tokio::pin!(run);
+    let mut listening = true;
+    loop {
+        tokio::select! {
+            out = &mut run => return out,
+            changed = stop.changed(), if listening => {
+                if changed.is_err() || *stop.borrow() {
+                    let _ = run_tx.send(true);
+                    listening = false;
+                }
+            }
+        }
     }
 }
 

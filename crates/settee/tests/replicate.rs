@@ -738,10 +738,10 @@ fn replicator_documents_beyond_max_jobs_wait_their_turn() {
         s.sort();
         s == ["pending", "running"]
     });
-    assert_eq!(
-        a.admin("GET", "/_scheduler/jobs", None).json()["total_rows"],
-        json!(1)
-    );
+    // `_scheduler/jobs` lists the waiting job too (history `added`), as
+    // CouchDB.
+    let jobs = a.admin("GET", "/_scheduler/jobs", None).json();
+    assert_eq!(jobs["total_rows"], json!(2), "{jobs}");
     let running = states()
         .into_iter()
         .find(|(_, st)| st == "running")
@@ -761,6 +761,101 @@ fn replicator_documents_beyond_max_jobs_wait_their_turn() {
         states()
             .iter()
             .any(|(id, st)| *id != running && st == "running")
+    });
+    a.stop();
+    b.stop();
+}
+
+/// With more continuous jobs than `max_jobs`, rotation (`interval`,
+/// `max_churn`) stops the longest-running ones and starts the waiting
+/// ones, so every job makes progress; a lowered `max_jobs` stops the
+/// excess.
+#[test]
+fn rotation_lets_every_job_progress() {
+    let b = Server::start();
+    b.create_db("src");
+    bulk(&b, "src", json!({"docs": [{"_id": "x"}]}));
+    let url = |db: &str| format!("http://{}:{}@127.0.0.1:{}/{db}", ADMIN.0, ADMIN.1, b.port);
+    let a = Server::start();
+    for (key, v) in [("max_jobs", "1"), ("max_churn", "1"), ("interval", "300")] {
+        let path = format!("/_node/_local/_config/replicator/{key}");
+        let r = a.admin("PUT", &path, Some(&format!("\"{v}\"")));
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    let targets = ["t1", "t2", "t3"];
+    for t in targets {
+        let body = json!({"source": url("src"), "target": url(t), "create_target": true, "continuous": true});
+        let r = a.admin("PUT", &format!("/_replicator/{t}"), Some(&body.to_string()));
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    // A `_replicate` job beyond max_jobs waits too (202 at once).
+    let r = a.admin(
+        "POST",
+        "/_replicate",
+        Some(&json!({"source": url("src"), "target": url("t4"), "create_target": true, "continuous": true}).to_string()),
+    );
+    assert_eq!(r.status, 202, "{r:?}");
+    let has = |t: &str, id: &str| b.admin("GET", &format!("/{t}/{id}"), None).status == 200;
+    wait_until("every job ran in turn", || {
+        ["t1", "t2", "t3", "t4"].iter().all(|t| has(t, "x"))
+    });
+    // They keep taking turns: a later document reaches every target.
+    bulk(&b, "src", json!({"docs": [{"_id": "y"}]}));
+    wait_until("every job ran again", || {
+        ["t1", "t2", "t3", "t4"].iter().all(|t| has(t, "y"))
+    });
+    let jobs = a.admin("GET", "/_scheduler/jobs", None).json();
+    assert_eq!(jobs["total_rows"], json!(4), "{jobs}");
+    let stopped = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| {
+            j["history"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["type"] == "stopped")
+        })
+        .count();
+    assert!(stopped >= 2, "{jobs}");
+    // Never more than max_jobs running at once.
+    for _ in 0..20 {
+        let tasks = a.admin("GET", "/_active_tasks", None).json();
+        assert!(tasks.as_array().unwrap().len() <= 1, "{tasks}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A raised max_jobs starts the waiting jobs at once; lowered again,
+    // the excess stops at the next rotation.
+    let r = a.admin(
+        "PUT",
+        "/_node/_local/_config/replicator/max_jobs",
+        Some("\"4\""),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let running = || -> usize {
+        let docs = a.admin("GET", "/_scheduler/docs", None).json();
+        docs["docs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["state"] == "running")
+            .count()
+    };
+    wait_until("all three documents running", || running() == 3);
+    let r = a.admin(
+        "PUT",
+        "/_node/_local/_config/replicator/max_jobs",
+        Some("\"2\""),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    wait_until("at most two running", || {
+        a.admin("GET", "/_active_tasks", None)
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+            <= 2
     });
     a.stop();
     b.stop();
