@@ -525,38 +525,38 @@ fn replicator_database_documents_run_as_jobs() {
     b.stop();
 }
 
-/// A TCP proxy to `upstream` that cuts every `nth` connection after it has
-/// passed `budget` bytes back to the client (a network dropping
-/// connections mid-response). Returns its port and the count of cuts.
-fn cutting_proxy(
-    upstream: u16,
-    nth: usize,
-    budget: usize,
-) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let (port, cuts, _) = proxy(upstream, nth, budget);
-    (port, cuts)
+/// A TCP proxy in front of a server, for fault tests.
+struct Proxy {
+    port: u16,
+    /// Connections cut mid-response.
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Where it forwards to (a restarted server's new port may be set).
+    upstream: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    /// While true, requests are swallowed: accepted, read, never answered
+    /// (a stalling server).
+    stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Request bytes swallowed while stalling.
+    swallowed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
-/// [`cutting_proxy`] whose upstream port can be changed (a server
-/// restarted on another port).
-fn proxy(
-    upstream: u16,
-    nth: usize,
-    budget: usize,
-) -> (
-    u16,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    std::sync::Arc<std::sync::atomic::AtomicU16>,
-) {
+/// A TCP proxy to `upstream` that cuts every `nth` connection after it has
+/// passed `budget` bytes back to the client (a network dropping
+/// connections mid-response).
+fn proxy(upstream: u16, nth: usize, budget: usize) -> Proxy {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let cuts = std::sync::Arc::new(AtomicUsize::new(0));
-    let counted = cuts.clone();
-    let upstream = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(upstream));
-    let to = upstream.clone();
+    let proxy = Proxy {
+        port: listener.local_addr().unwrap().port(),
+        cuts: Arc::new(AtomicUsize::new(0)),
+        upstream: Arc::new(std::sync::atomic::AtomicU16::new(upstream)),
+        stall: Arc::new(AtomicBool::new(false)),
+        swallowed: Arc::new(AtomicUsize::new(0)),
+    };
+    let (counted, to) = (proxy.cuts.clone(), proxy.upstream.clone());
+    let (stall, swallowed) = (proxy.stall.clone(), proxy.swallowed.clone());
     std::thread::spawn(move || {
         for (i, client) in listener.incoming().enumerate() {
             let Ok(client) = client else { continue };
@@ -569,10 +569,18 @@ fn proxy(
                 usize::MAX
             };
             let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (stall, swallowed) = (stall.clone(), swallowed.clone());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
                 while let Ok(n) = c_in.read(&mut buf) {
-                    if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+                    if n == 0 {
+                        break;
+                    }
+                    if stall.load(Ordering::Relaxed) {
+                        swallowed.fetch_add(n, Ordering::Relaxed);
+                        continue;
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
                         break;
                     }
                 }
@@ -602,7 +610,7 @@ fn proxy(
             });
         }
     });
-    (port, cuts, upstream)
+    proxy
 }
 
 #[test]
@@ -630,7 +638,8 @@ fn survives_connections_cut_mid_transfer() {
     }
     // Every second connection to the source is cut after 20 kB of its
     // answer (`_bulk_get` pages are larger).
-    let (port, cuts) = cutting_proxy(a.port, 2, 20_000);
+    let p = proxy(a.port, 2, 20_000);
+    let (port, cuts) = (p.port, p.cuts);
     let source = format!("http://{}:{}@127.0.0.1:{port}/big", ADMIN.0, ADMIN.1);
     let target = format!("http://{}:{}@127.0.0.1:{}/copy", ADMIN.0, ADMIN.1, b.port);
     let out = ok(replicate(
@@ -661,7 +670,7 @@ fn continuous_replication_outlives_a_target_restart() {
     };
     bulk(&a, "src", docs(0));
     // The target is reached through a proxy that follows it to its new port.
-    let (port, _, upstream) = proxy(b.port, usize::MAX, usize::MAX);
+    let Proxy { port, upstream, .. } = proxy(b.port, usize::MAX, usize::MAX);
     let target = format!("http://{}:{}@127.0.0.1:{port}/dst", ADMIN.0, ADMIN.1);
     let body = json!({"source": "src", "target": target, "create_target": true, "continuous": true, "checkpoint_interval": 100});
     accepted(replicate(&a, body.clone()));
@@ -684,6 +693,56 @@ fn continuous_replication_outlives_a_target_restart() {
     assert_eq!(leaves(&a, "src"), leaves(&b, "dst"));
     let jobs = a.admin("GET", "/_scheduler/jobs", None).json();
     assert_eq!(jobs["total_rows"], json!(1), "{jobs}");
+    let mut cancel = body;
+    cancel["cancel"] = json!(true);
+    ok(replicate(&a, cancel));
+    a.stop();
+    b.stop();
+}
+
+/// A target that stalls (takes requests, answers none) makes the job's
+/// requests time out (`connection_timeout`); the job crashes, backs off,
+/// and resumes from its checkpoint once the target answers again —
+/// nothing lost.
+#[test]
+fn continuous_replication_outlives_a_stalling_target() {
+    let a = Server::start();
+    let b = Server::start();
+    a.create_db("src");
+    let docs = |from: usize| -> Value {
+        json!({"docs": (from..from + 500).map(|i| json!({"_id": format!("d{i:05}")})).collect::<Vec<_>>()})
+    };
+    bulk(&a, "src", docs(0));
+    let p = proxy(b.port, usize::MAX, usize::MAX);
+    let target = format!("http://{}:{}@127.0.0.1:{}/dst", ADMIN.0, ADMIN.1, p.port);
+    let body = json!({"source": "src", "target": target, "create_target": true, "continuous": true,
+        "checkpoint_interval": 100, "connection_timeout": 1000, "retries_per_request": 1});
+    accepted(replicate(&a, body.clone()));
+    let count = || {
+        let r = b.admin("GET", "/dst", None);
+        if r.status == 200 {
+            r.json()["doc_count"].as_u64().unwrap_or(0)
+        } else {
+            0
+        }
+    };
+    wait_until("the first 500 on the target", || count() == 500);
+    p.stall.store(true, std::sync::atomic::Ordering::Relaxed);
+    bulk(&a, "src", docs(500));
+    wait_until("the job crashed on the stalled target", || {
+        let jobs = a.admin("GET", "/_scheduler/jobs", None).json();
+        jobs["jobs"][0]["history"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|e| e["type"] == "crashed"))
+    });
+    assert!(p.swallowed.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(
+        count() < 1000,
+        "the stall let everything through: the test tested nothing"
+    );
+    p.stall.store(false, std::sync::atomic::Ordering::Relaxed);
+    wait_until("the job caught up after the stall", || count() == 1000);
+    assert_eq!(leaves(&a, "src"), leaves(&b, "dst"));
     let mut cancel = body;
     cancel["cancel"] = json!(true);
     ok(replicate(&a, cancel));
