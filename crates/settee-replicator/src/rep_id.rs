@@ -208,6 +208,16 @@ pub enum FilterPart {
     },
 }
 
+/// A client database handle as it enters the id (its URL, the user of its
+/// credentials, its headers) — what `_replicate` with that URL computes.
+pub fn db_info(db: &settee_client::Db) -> EndpointInfo {
+    EndpointInfo::new(
+        db.url(),
+        db.credentials().map(|c| c.user.as_str()),
+        db.headers(),
+    )
+}
+
 /// The base replication id (32 hex digits): the `_local/` checkpoint id.
 pub fn base_id(
     server_uuid: &str,

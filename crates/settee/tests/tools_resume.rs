@@ -45,7 +45,8 @@ fn checkpoint(h: &Http, db: &str) -> Option<Value> {
         .find_map(|r| {
             r["id"]
                 .as_str()
-                .filter(|i| i.starts_with("_local/settee-copy-"))
+                // The replication id: 32 hex digits.
+                .filter(|i| i.strip_prefix("_local/").is_some_and(|h| h.len() == 32))
         })?
         .to_string();
     let d = h.req("GET", &format!("/{db}/{id}"), None);
@@ -86,8 +87,8 @@ fn killed_copy_resumes_from_its_checkpoint() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let seq_at_kill = loop {
         if let Some(c) = checkpoint(&h, "big_dst") {
-            if seq_number(&c["seq"]) >= 1000 {
-                break seq_number(&c["seq"]);
+            if seq_number(&c["source_last_seq"]) >= 1000 {
+                break seq_number(&c["source_last_seq"]);
             }
         }
         assert!(
@@ -106,10 +107,10 @@ fn killed_copy_resumes_from_its_checkpoint() {
     );
     // The checkpoint never claims more than was written.
     let ckpt = checkpoint(&h, "big_dst").expect("checkpoint");
-    let ckpt_seq = seq_number(&ckpt["seq"]);
+    let ckpt_seq = seq_number(&ckpt["source_last_seq"]);
     assert!(ckpt_seq >= seq_at_kill);
     assert!(
-        copied >= ckpt["docs"].as_u64().unwrap() - 3,
+        copied >= ckpt["history"][0]["docs_written"].as_u64().unwrap() - 3,
         "{ckpt} vs {copied}"
     );
 
@@ -141,7 +142,10 @@ fn killed_copy_resumes_from_its_checkpoint() {
     assert!(rerun_docs > 0);
 
     assert_eq!(leaves(&h, "big_src"), leaves(&h, "big_dst"));
-    assert_eq!(checkpoint(&h, "big_dst").unwrap()["seq"], src_seq);
+    assert_eq!(
+        checkpoint(&h, "big_dst").unwrap()["source_last_seq"],
+        src_seq
+    );
     let src_special: Vec<_> = ["conf", "dconf", "deep", "_design/app"]
         .iter()
         .map(|id| {

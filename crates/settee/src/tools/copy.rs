@@ -11,16 +11,22 @@
 //! ([`settee_client::adapt::Sizer`]): grow while throughput improves,
 //! halve on 413 or on a stalled write.
 //!
-//! Invariant (resumability): the checkpoint `_local/settee-copy-<hash>` on
-//! the target records a source sequence only after every document of every
-//! page up to it was acknowledged by the target without per-document
-//! errors. A rerun starts from it; copying a revision twice is harmless.
+//! Invariant (resumability): the checkpoint — the replicator's
+//! (`settee_replicator::checkpoint`): `_local/{replication id}` on both
+//! ends in CouchDB's format, the id `_replicate` computes for the same
+//! URLs on the target's server — records a source sequence only after
+//! every document of every page up to it was acknowledged by the target
+//! without per-document errors. A rerun (or a pull `_replicate` on the
+//! target's server) starts from it; copying a revision twice is harmless.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 use settee_client::{seq_param, Db};
-use sha2::Digest;
+use settee_replicator::checkpoint::{Log, Stats};
+use settee_replicator::rep_id;
+use settee_replicator::spec::Filter;
+use settee_replicator::RepError;
 
 use super::conn::{explain, ConnArgs};
 use super::ls_docs::page_sizer;
@@ -35,8 +41,9 @@ pub const EXAMPLES: &str = "Examples:
   settee copy http://admin:pw@old:5984/postal https://admin:pw@new:6984/postal --create-target
   settee copy postal http://backup:5984/postal --continuous   # follow changes until Ctrl-C
 
-Interrupted copies resume from the checkpoint _local/settee-copy-<hash> on
-the target. Page and batch sizes are chosen at run time; -u/-b fix them.";
+Interrupted copies resume from their checkpoint (_local/<replication id> on
+both ends, as CouchDB's replicator keeps it; a pull _replicate on the
+target's server with the same URLs resumes it too). Page and batch sizes are chosen at run time; -u/-b fix them.";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -66,92 +73,32 @@ pub struct Args {
     pub conn: ConnArgs,
 }
 
-/// The checkpoint document's id for this source, target and filter.
-pub fn checkpoint_id(src: &Db, dst: &Db, filter_design: bool) -> String {
-    let mut h = sha2::Sha256::new();
-    h.update(src.display().as_bytes());
-    h.update(b"\n");
-    h.update(dst.display().as_bytes());
-    h.update(if filter_design {
-        &b"\nfilter_design"[..]
+/// The selector `--filter-design` is equivalent to: its replication id
+/// is the one `_replicate` computes with this selector.
+fn no_design_selector() -> Value {
+    json!({"_id": {"$not": {"$regex": "^_design/"}}})
+}
+
+/// The checkpoint id: the replication id CouchDB (and Settee's
+/// `_replicate`) computes for these URLs on the target's server (named by
+/// `server_uuid`), so a copy and a pull replication run there share their
+/// checkpoints.
+pub fn checkpoint_id(server_uuid: &str, src: &Db, dst: &Db, filter_design: bool) -> String {
+    let filter = if filter_design {
+        Filter::Selector(no_design_selector())
     } else {
-        b""
-    });
-    format!("settee-copy-{}", &hex::encode(h.finalize())[..32])
+        Filter::None
+    };
+    rep_id::base_id(
+        server_uuid,
+        &rep_id::db_info(src),
+        &rep_id::db_info(dst),
+        &filter.id_part(None),
+    )
 }
 
-/// The number a sequence starts with: a JSON number, or a string `"N"`
-/// or `"N-opaque"` (as Settee and CouchDB send them); None otherwise.
-fn seq_number(seq: &Value) -> Option<u64> {
-    match seq {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.split('-').next()?.parse().ok(),
-        _ => None,
-    }
-}
-
-struct Checkpoint {
-    id: String,
-    rev: Option<String>,
-    seq: Value,
-    docs: u64,
-}
-
-impl Checkpoint {
-    async fn load(dst: &Db, id: String) -> Result<Checkpoint, ToolError> {
-        let doc = dst
-            .get_local(&id)
-            .await
-            .map_err(|e| explain(dst, "target", e))?;
-        let doc = doc.unwrap_or(Value::Null);
-        Ok(Checkpoint {
-            id,
-            rev: doc.get("_rev").and_then(Value::as_str).map(str::to_string),
-            seq: doc.get("seq").cloned().unwrap_or(Value::from(0)),
-            docs: doc.get("docs").and_then(Value::as_u64).unwrap_or(0),
-        })
-    }
-
-    async fn save(&mut self, src: &Db, dst: &Db) -> Result<(), ToolError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let mut doc = json!({
-            "source": src.display(),
-            "target": dst.display(),
-            "seq": self.seq,
-            "docs": self.docs,
-            "updated": now,
-        });
-        for attempt in 0..2 {
-            if let Some(r) = &self.rev {
-                doc["_rev"] = Value::String(r.clone());
-            }
-            match dst.put_local(&self.id, &doc).await {
-                Ok(rev) => {
-                    self.rev = Some(rev);
-                    return Ok(());
-                }
-                // Someone else wrote it (a concurrent copy): take its rev.
-                Err(e) if e.status() == Some(409) && attempt == 0 => {
-                    let cur = dst
-                        .get_local(&self.id)
-                        .await
-                        .map_err(|e| explain(dst, "target", e))?;
-                    self.rev = cur
-                        .as_ref()
-                        .and_then(|d| d.get("_rev"))
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                }
-                Err(e) => return Err(explain(dst, "checkpoint on target", e)),
-            }
-        }
-        Err(ToolError::Fatal(
-            "checkpoint update keeps conflicting".into(),
-        ))
-    }
+fn checkpoint_error(e: RepError) -> ToolError {
+    ToolError::Fatal(format!("checkpoint: {e}"))
 }
 
 pub async fn run(args: Args) -> Result<(), ToolError> {
@@ -181,33 +128,37 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         }
         Err(e) => return Err(explain(&dst, "target", e)),
     };
-    let mut ckpt = Checkpoint::load(&dst, checkpoint_id(&src, &dst, args.filter_design)).await?;
-    // A checkpoint beyond the source's current sequence belongs to an
-    // earlier database of the same name (deleted and recreated): start over.
-    let stale = matches!(
-        (seq_number(&ckpt.seq), seq_number(&src_info.update_seq)),
-        (Some(c), Some(s)) if c > s
-    );
-    if stale {
-        eprintln!(
-            "settee copy: checkpoint seq {} is ahead of the source ({}); the source was recreated, copying from the start",
-            seq_param(&ckpt.seq),
-            seq_param(&src_info.update_seq)
-        );
-    }
-    if args.restart || stale {
-        ckpt.seq = Value::from(0);
-        ckpt.docs = 0;
-    } else if seq_number(&ckpt.seq) != Some(0) {
+    // The target's server names the replication (a server that does not
+    // say its uuid: a fixed name).
+    let uuid = dst
+        .server_info()
+        .await
+        .ok()
+        .and_then(|v| v.get("uuid").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| "settee-copy".to_string());
+    let id = checkpoint_id(&uuid, &src, &dst, args.filter_design);
+    let mut log = Log::load(&src, &dst, &id, true)
+        .await
+        .map_err(checkpoint_error)?;
+    // Resuming needs the checkpoint on both ends, as CouchDB's replicator:
+    // a recreated source (or one the copy may only read) has none, so the
+    // copy walks the feed from the start and `_revs_diff` skips what the
+    // target already has.
+    let mut stats = log.resumed.clone();
+    if args.restart {
+        log.start_seq = Value::from(0);
+        stats = Stats::default();
+    } else if seq_param(&log.start_seq) != "0" {
         eprintln!(
             "settee copy: resuming from checkpoint seq {} ({} documents copied before)",
-            seq_param(&ckpt.seq),
-            ckpt.docs
+            seq_param(&log.start_seq),
+            stats.docs_written
         );
     }
-    let docs_before = ckpt.docs;
     let total = src_info.doc_count + src_info.doc_del_count;
-    let progress = Progress::new(Some(total), ckpt.docs);
+    let progress = Progress::new(Some(total), 0);
+    let mut last_seq = log.start_seq.clone();
+    let mut changes = 0u64;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if args.continuous {
@@ -224,8 +175,12 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     let mut opts = ReadOptions::new(args.filter_design);
     opts.revs_diff_target = (!target_empty).then(|| dst.clone());
     let reader = {
-        let (src, since, unit, continuous) =
-            (src.clone(), ckpt.seq.clone(), args.unit, args.continuous);
+        let (src, since, unit, continuous) = (
+            src.clone(),
+            log.start_seq.clone(),
+            args.unit,
+            args.continuous,
+        );
         tokio::spawn(async move {
             let say = |m: &str| eprintln!("settee: {m}");
             read_loop(
@@ -252,6 +207,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     let t0 = Instant::now();
     let mut revisions = 0u64;
     let mut skipped = 0u64;
+    let (written_before, failed_before) = (stats.docs_written, stats.doc_write_failures);
     while let Some(page) = rx.recv().await {
         if let Err(e) = sink.write(&page.docs, None).await {
             reader.abort();
@@ -260,10 +216,17 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         }
         revisions += page.docs.len() as u64;
         skipped += page.skipped as u64;
-        ckpt.docs += page.changes as u64;
-        ckpt.seq = page.last_seq;
+        changes += page.changes as u64;
+        stats.docs_read += page.docs.len() as u64;
+        stats.missing_checked += page.missing_checked as u64;
+        stats.missing_found += page.missing_found as u64;
+        stats.docs_written = written_before + sink.written;
+        stats.doc_write_failures = failed_before + sink.failed;
+        last_seq = page.last_seq;
         if sink.failed == 0 {
-            ckpt.save(&src, &dst).await?;
+            log.record(&src, &dst, &last_seq, &stats)
+                .await
+                .map_err(checkpoint_error)?;
         }
         progress.inc(page.changes as u64);
         progress.message(format!("batch {}", sink.sizer.size()));
@@ -274,12 +237,11 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         Err(e) => return Err(ToolError::Fatal(format!("reader task failed: {e}"))),
     };
     let secs = t0.elapsed().as_secs_f64();
-    let docs = ckpt.docs - docs_before;
     eprintln!(
-        "settee copy: {docs} documents ({revisions} revisions) copied in {secs:.1} s ({:.0} docs/s); read page {page_size}, write batch {}; checkpoint seq {}{}",
-        docs as f64 / secs.max(1e-3),
+        "settee copy: {changes} documents ({revisions} revisions) copied in {secs:.1} s ({:.0} docs/s); read page {page_size}, write batch {}; checkpoint seq {}{}",
+        changes as f64 / secs.max(1e-3),
         sink.sizer.size(),
-        seq_param(&ckpt.seq),
+        seq_param(&last_seq),
         if skipped > 0 { format!("; {skipped} superseded revisions skipped") } else { String::new() },
     );
     if sink.failed > 0 {
