@@ -204,13 +204,13 @@ impl Client {
         }
     }
 
-    async fn send_once(&self, req: &Request) -> Result<(StatusCode, Bytes), Error> {
-        let shown = crate::db::display_url(&req.url);
-        let method = req.method.as_str().to_string();
+    /// A request builder for `req` (Accept, headers, credentials,
+    /// timeout); the body is the caller's.
+    fn builder(&self, req: &Request, accept: &str) -> reqwest::RequestBuilder {
         let mut rb = self
             .http
             .request(req.method.clone(), req.url.clone())
-            .header(reqwest::header::ACCEPT, "application/json");
+            .header(reqwest::header::ACCEPT, accept);
         for (k, v) in req.headers.iter() {
             rb = rb.header(k.as_str(), v.as_str());
         }
@@ -220,14 +220,37 @@ impl Client {
         if let Some(t) = req.timeout {
             rb = rb.timeout(t);
         }
+        rb
+    }
+
+    fn error_map(&self, req: &Request) -> impl Fn(reqwest::Error) -> Error {
+        let shown = crate::db::display_url(&req.url);
+        let method = req.method.as_str().to_string();
+        let timeout_ms = req.timeout.unwrap_or(self.opts.request_timeout).as_millis() as u64;
+        move |e| classify(e, &method, &shown, timeout_ms)
+    }
+
+    async fn send_once(&self, req: &Request) -> Result<(StatusCode, Bytes), Error> {
+        let mut rb = self.builder(req, "application/json");
         if let Some(body) = &req.body {
             rb = rb
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body.clone());
         }
-        let timeout_ms = req.timeout.unwrap_or(self.opts.request_timeout).as_millis() as u64;
-        let map = |e: reqwest::Error| classify(e, &method, &shown, timeout_ms);
-        let mut resp = rb.send().await.map_err(map)?;
+        let resp = rb.send().await.map_err(self.error_map(req))?;
+        self.answer(req, resp).await
+    }
+
+    /// Reads an answer to `req` (bounded by [`RESPONSE_BYTES_MAX`]): the
+    /// body of a 2xx, else [`Error::Couch`].
+    async fn answer(
+        &self,
+        req: &Request,
+        mut resp: reqwest::Response,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        let shown = crate::db::display_url(&req.url);
+        let method = req.method.as_str().to_string();
+        let map = self.error_map(req);
         let status = resp.status();
         if let Some(len) = resp.content_length() {
             if len as usize > RESPONSE_BYTES_MAX {
@@ -239,7 +262,7 @@ impl Client {
             }
         }
         let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(map)? {
+        while let Some(chunk) = resp.chunk().await.map_err(&map)? {
             if body.len() + chunk.len() > RESPONSE_BYTES_MAX {
                 return Err(Error::BadResponse {
                     method,
@@ -283,6 +306,66 @@ impl Client {
             error,
             reason,
         })
+    }
+
+    /// Sends `get`'s answer body, as it arrives, as the body of `put`
+    /// (with the answer's Content-Type), retrying the pair on transient
+    /// failures per `get`'s policy; returns `put`'s answer. Nothing of the
+    /// transferred body is held beyond the chunk in flight.
+    pub(crate) async fn stream_copy(
+        &self,
+        get: &Request,
+        accept: &str,
+        put: &Request,
+    ) -> Result<Bytes, Error> {
+        let mut attempt = 0u32;
+        loop {
+            match self.stream_copy_once(get, accept, put).await {
+                Err(e)
+                    if e.is_transient()
+                        && attempt < get.retry.retries
+                        && (get.retry.retry_timeouts || !e.is_timeout()) =>
+                {
+                    attempt += 1;
+                    let delay = get.retry.delay(attempt);
+                    tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64, "retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                other => return other.map(|(_, body)| body),
+            }
+        }
+    }
+
+    async fn stream_copy_once(
+        &self,
+        get: &Request,
+        accept: &str,
+        put: &Request,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        let resp = self
+            .builder(get, accept)
+            .send()
+            .await
+            .map_err(self.error_map(get))?;
+        if !resp.status().is_success() {
+            return self.answer(get, resp).await;
+        }
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .cloned()
+            .unwrap_or(reqwest::header::HeaderValue::from_static(
+                "application/json",
+            ));
+        let body = reqwest::Body::wrap_stream(resp.bytes_stream());
+        let resp = self
+            .builder(put, "application/json")
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(self.error_map(put))?;
+        self.answer(put, resp).await
     }
 }
 

@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use crate::client::{Client, Credentials, Request, RetryPolicy};
 use crate::error::Error;
-use crate::types::{AllDocsPage, BulkDocsResult, BulkGetResponse, ChangesPage, DbInfo};
+use crate::types::{
+    AllDocsPage, BulkDocsResult, BulkGetItem, BulkGetResponse, ChangesPage, DbInfo, RevsDiff,
+};
 
 /// A database on a CouchDB-compatible server.
 #[derive(Debug, Clone)]
@@ -347,27 +349,21 @@ impl Db {
         self.json(req).await
     }
 
-    /// `POST /db/_bulk_get` for (id, rev) pairs; `revs` adds `_revisions`,
-    /// `attachments` inlines attachment bodies (base64).
+    /// `POST /db/_bulk_get` for (id, rev, atts_since) items; `revs` adds
+    /// `_revisions`, `attachments` inlines attachment bodies (base64) but
+    /// those of revisions up to an item's `atts_since` (stubs).
     pub async fn bulk_get(
         &self,
-        items: &[(String, String)],
+        items: &[BulkGetItem],
         revs: bool,
         attachments: bool,
     ) -> Result<BulkGetResponse, Error> {
         #[derive(serde::Serialize)]
-        struct Item<'a> {
-            id: &'a str,
-            rev: &'a str,
-        }
-        #[derive(serde::Serialize)]
         struct Body<'a> {
-            docs: Vec<Item<'a>>,
+            docs: &'a [BulkGetItem],
         }
-        let body = Body {
-            docs: items.iter().map(|(id, rev)| Item { id, rev }).collect(),
-        };
-        let body = serde_json::to_vec(&body).map_err(|e| Error::Config(e.to_string()))?;
+        let body =
+            serde_json::to_vec(&Body { docs: items }).map_err(|e| Error::Config(e.to_string()))?;
         let mut q = vec![];
         if revs {
             q.push(("revs", "true".to_string()));
@@ -377,6 +373,56 @@ impl Db {
         }
         self.json(self.request(Method::POST, &["_bulk_get"], &q, Some(body.into())))
             .await
+    }
+
+    /// Copies revision `rev` of document `id`, attachments included, to
+    /// `target` without holding it in memory: `GET
+    /// /db/ID?rev=R&revs=true&attachments=true&atts_since=[…]`
+    /// (multipart/related where this server can send it, JSON otherwise)
+    /// streamed as the body of `PUT target/ID?new_edits=false`. Attachments
+    /// of revisions up to `atts_since` travel as stubs (the target has
+    /// them). A transfer cut short is retried whole per the retry policy.
+    pub async fn copy_revision(
+        &self,
+        target: &Db,
+        id: &str,
+        rev: &str,
+        atts_since: &[String],
+        timeout: std::time::Duration,
+    ) -> Result<Value, Error> {
+        let path: Vec<&str> = match id.strip_prefix("_design/") {
+            Some(rest) => vec!["_design", rest],
+            None => vec![id],
+        };
+        let mut q = vec![
+            ("rev", rev.to_string()),
+            ("revs", "true".to_string()),
+            ("attachments", "true".to_string()),
+        ];
+        if !atts_since.is_empty() {
+            q.push((
+                "atts_since",
+                serde_json::to_string(atts_since).map_err(|e| Error::Config(e.to_string()))?,
+            ));
+        }
+        let mut get = self.request(Method::GET, &path, &q, None);
+        get.timeout = Some(timeout);
+        let mut put = target.request(
+            Method::PUT,
+            &path,
+            &[("new_edits", "false".to_string())],
+            None,
+        );
+        put.timeout = Some(timeout);
+        let body = self
+            .client
+            .stream_copy(&get, "multipart/related, application/json", &put)
+            .await?;
+        serde_json::from_slice(&body).map_err(|e| Error::BadResponse {
+            method: "PUT".into(),
+            url: display_url(&put.url),
+            detail: e.to_string(),
+        })
     }
 
     /// `GET /db/ID?open_revs=[…]&revs=true` (JSON, not multipart): the
@@ -460,19 +506,13 @@ impl Db {
     pub async fn revs_diff(
         &self,
         revs: &std::collections::BTreeMap<&str, Vec<&str>>,
-    ) -> Result<std::collections::HashMap<String, Vec<String>>, Error> {
-        #[derive(serde::Deserialize)]
-        struct Missing {
-            #[serde(default)]
-            missing: Vec<String>,
-        }
+    ) -> Result<std::collections::HashMap<String, RevsDiff>, Error> {
         let body = serde_json::to_vec(revs).map_err(|e| Error::Config(e.to_string()))?;
-        let v: std::collections::HashMap<String, Missing> = self
+        let v: std::collections::HashMap<String, RevsDiff> = self
             .json(self.request(Method::POST, &["_revs_diff"], &[], Some(body.into())))
             .await?;
         Ok(v.into_iter()
             .filter(|(_, m)| !m.missing.is_empty())
-            .map(|(id, m)| (id, m.missing))
             .collect())
     }
 

@@ -81,6 +81,26 @@ pub struct BulkGetResult {
     pub docs: Vec<BulkGetDoc>,
 }
 
+/// One revision asked of `_bulk_get`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BulkGetItem {
+    pub id: String,
+    pub rev: String,
+    /// Revisions the reader has: attachments up to them come as stubs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub atts_since: Vec<String>,
+}
+
+/// One document of a `_revs_diff` answer: the revisions missing, and the
+/// ones the server has that may be their ancestors.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RevsDiff {
+    #[serde(default)]
+    pub missing: Vec<String>,
+    #[serde(default)]
+    pub possible_ancestors: Vec<String>,
+}
+
 /// Either `{"ok": doc}` or `{"error": {...}}`.
 #[derive(Debug, Deserialize)]
 pub struct BulkGetDoc {

@@ -234,6 +234,7 @@ pub async fn run(
         filter: spec.filter.changes(),
         winning_only: spec.winning_revs_only,
         bulk_get: AtomicBool::new(spec.use_bulk_get),
+        stream_attachments: true,
         ..ReadOptions::new(false)
     };
     let sizer = Sizer::adaptive(
@@ -273,16 +274,21 @@ pub async fn run(
             _ = tokio::time::sleep(tick) => None,
         };
         if let Some(page) = page {
-            if let Err(e) = sink.write(&page.docs, None).await {
+            let written = match sink.write(&page.docs, None).await {
+                Ok(()) => sink.stream(&p.source, &page.streamed).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 reader.abort();
                 return Err(RepError::Failed(e.0));
             }
             stats.missing_checked += page.missing_checked as u64;
             stats.missing_found += page.missing_found as u64;
-            stats.docs_read += page.docs.len() as u64;
+            let read = (page.docs.len() + page.streamed.len()) as u64;
+            stats.docs_read += read;
             // CouchDB counts both per document read.
-            stats.bulk_get_docs += page.docs.len() as u64;
-            stats.bulk_get_attempts += page.docs.len() as u64;
+            stats.bulk_get_docs += read;
+            stats.bulk_get_attempts += read;
             stats.docs_written = base_written + sink.written;
             stats.doc_write_failures = base_failed + sink.failed;
             last_seq = page.last_seq;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use settee_client::types::{BulkGetDoc, BulkGetResult};
+use settee_client::types::{BulkGetDoc, BulkGetItem, BulkGetResult};
 use std::time::Duration;
 
 use settee_client::adapt::Sizer;
@@ -30,6 +30,10 @@ const BULK_GET_PARALLEL: usize = 2;
 const BULK_GET_PART_MIN: usize = 250;
 /// Concurrent per-document reads when the source lacks `_bulk_get`.
 const OPEN_REVS_IN_FLIGHT: usize = 8;
+/// Attachment bytes of one revision up to which they travel inline
+/// (base64 in `_bulk_get`/`_bulk_docs`) when attachments are streamed;
+/// a revision with more is copied by itself ([`Streamed`]).
+pub const INLINE_ATTACHMENTS_MAX: u64 = 1 << 20;
 
 /// Consecutive stalls at the smallest page size before a reader gives up.
 pub const STALLS_MAX: u32 = 6;
@@ -79,6 +83,19 @@ pub struct LeafPage {
     /// the ones it lacked (CouchDB's `missing_checked`/`missing_found`).
     pub missing_checked: usize,
     pub missing_found: usize,
+    /// Revisions whose attachments are too large to travel inline: each
+    /// is copied by itself, streamed ([`settee_client::Db::copy_revision`]).
+    pub streamed: Vec<Streamed>,
+}
+
+/// A revision to copy by itself, attachments streamed.
+#[derive(Debug, Clone)]
+pub struct Streamed {
+    pub id: String,
+    pub rev: String,
+    /// Revisions the target has that may be its ancestors (their
+    /// attachments are not sent again).
+    pub atts_since: Vec<String>,
 }
 
 pub struct ReadOptions {
@@ -95,6 +112,11 @@ pub struct ReadOptions {
     /// Only each document's winning revision (`winning_revs_only`), not
     /// every leaf.
     pub winning_only: bool,
+    /// Attachments the target already has (`_revs_diff`'s
+    /// `possible_ancestors`) are not read again, and revisions with more
+    /// than [`INLINE_ATTACHMENTS_MAX`] bytes of attachments are left to
+    /// be streamed ([`LeafPage::streamed`]). Off: every attachment inline.
+    pub stream_attachments: bool,
 }
 
 impl ReadOptions {
@@ -106,29 +128,34 @@ impl ReadOptions {
             revs_diff_target: None,
             filter: None,
             winning_only: false,
+            stream_attachments: false,
         }
     }
 }
 
 /// One `_bulk_get` split into up to `BULK_GET_PARALLEL` concurrent
 /// requests (results in order): the server answers them on several cores.
-async fn bulk_get_split(db: &Db, items: &[(String, String)]) -> Result<Vec<BulkGetResult>, Error> {
+async fn bulk_get_split(
+    db: &Db,
+    items: &[BulkGetItem],
+    attachments: bool,
+) -> Result<Vec<BulkGetResult>, Error> {
     let parts = (items.len() / BULK_GET_PART_MIN).clamp(1, BULK_GET_PARALLEL);
     let size = items.len().div_ceil(parts).max(1);
-    let answers =
-        futures_util::future::try_join_all(items.chunks(size).map(|c| db.bulk_get(c, true, true)))
-            .await?;
+    let answers = futures_util::future::try_join_all(
+        items
+            .chunks(size)
+            .map(|c| db.bulk_get(c, true, attachments)),
+    )
+    .await?;
     Ok(answers.into_iter().flat_map(|a| a.results).collect())
 }
 
 /// Reads leaves with one `GET …?open_revs=` per document, a few at a time,
 /// in order.
-async fn read_by_open_revs(
-    db: &Db,
-    wanted: &[(String, String)],
-) -> Result<Vec<BulkGetResult>, Error> {
+async fn read_by_open_revs(db: &Db, wanted: &[BulkGetItem]) -> Result<Vec<BulkGetResult>, Error> {
     let mut by_id: Vec<(String, Vec<String>)> = Vec::new();
-    for (id, rev) in wanted {
+    for BulkGetItem { id, rev, .. } in wanted {
         match by_id.last_mut() {
             Some((last, revs)) if last == id => revs.push(rev.clone()),
             _ => by_id.push((id.clone(), vec![rev.clone()])),
@@ -174,48 +201,106 @@ pub async fn read_leaves(
         }
     }
     let missing_checked = wanted.len();
+    let mut ancestors: std::collections::HashMap<String, Vec<String>> = Default::default();
     if let Some(target) = &opts.revs_diff_target {
         if !wanted.is_empty() {
             let mut ask: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
             for (id, rev) in &wanted {
                 ask.entry(id.as_str()).or_default().push(rev.as_str());
             }
-            let missing = target.revs_diff(&ask).await?;
-            wanted.retain(|(id, rev)| missing.get(id).is_some_and(|m| m.contains(rev)));
+            let diff = target.revs_diff(&ask).await?;
+            wanted.retain(|(id, rev)| diff.get(id).is_some_and(|m| m.missing.contains(rev)));
+            if opts.stream_attachments {
+                ancestors = diff
+                    .into_iter()
+                    .filter(|(_, d)| !d.possible_ancestors.is_empty())
+                    .map(|(id, d)| (id, d.possible_ancestors))
+                    .collect();
+            }
         }
     }
     let missing_found = wanted.len();
-    let mut docs = Vec::with_capacity(wanted.len());
-    let mut bytes = 0;
-    let mut skipped = 0;
-    let mut chunk_max = BULK_GET_MAX;
-    let mut rest = &wanted[..];
-    while !rest.is_empty() {
-        let n = chunk_max.min(rest.len());
-        let results = if opts.bulk_get.load(Ordering::Relaxed) {
-            match bulk_get_split(db, &rest[..n]).await {
-                Ok(r) => r,
-                Err(e) if e.is_too_large() && n > 1 => {
-                    chunk_max = n / 2;
-                    continue;
+    let atts_since = |id: &str| ancestors.get(id).cloned().unwrap_or_default();
+    let items: Vec<BulkGetItem> = wanted
+        .into_iter()
+        .map(|(id, rev)| BulkGetItem {
+            atts_since: atts_since(&id),
+            id,
+            rev,
+        })
+        .collect();
+    let mut got = Got::default();
+    let mut streamed = Vec::new();
+    if opts.stream_attachments {
+        // First without attachments; revisions that have some are read
+        // again (small ones inline, from what the target lacks) or left
+        // to be streamed.
+        let (results, inline) = fetch(db, &items, false, opts).await?;
+        let mut again = Vec::new();
+        for doc in got.take(db, results)? {
+            match (inline, attachment_info(&doc)) {
+                (false, Some((bytes, id, rev))) if bytes <= INLINE_ATTACHMENTS_MAX => {
+                    again.push(BulkGetItem {
+                        atts_since: atts_since(&id),
+                        id,
+                        rev,
+                    });
                 }
-                Err(e) if matches!(e.status(), Some(400 | 404 | 405)) => {
-                    tracing::warn!(error = %e, "the source has no _bulk_get; reading documents one by one");
-                    opts.bulk_get.store(false, Ordering::Relaxed);
-                    continue;
-                }
-                Err(e) => return Err(e),
+                (false, Some((_, id, rev))) => streamed.push(Streamed {
+                    atts_since: atts_since(&id),
+                    id,
+                    rev,
+                }),
+                _ => got.push(doc),
             }
-        } else {
-            read_by_open_revs(db, &rest[..n]).await?
-        };
+        }
+        if !again.is_empty() {
+            let (results, _) = fetch(db, &again, true, opts).await?;
+            for doc in got.take(db, results)? {
+                got.push(doc);
+            }
+        }
+    } else {
+        let (results, _) = fetch(db, &items, true, opts).await?;
+        for doc in got.take(db, results)? {
+            got.push(doc);
+        }
+    }
+    Ok(LeafPage {
+        docs: got.docs,
+        changes,
+        rows,
+        last_seq: page.last_seq,
+        bytes: got.bytes,
+        skipped: got.skipped,
+        missing_checked,
+        missing_found,
+        streamed,
+    })
+}
+
+/// The revisions a page read, with their bytes and the leaves skipped.
+#[derive(Default)]
+struct Got {
+    docs: Vec<Box<RawValue>>,
+    bytes: usize,
+    skipped: usize,
+}
+
+impl Got {
+    fn push(&mut self, doc: Box<RawValue>) {
+        self.bytes += doc.get().len();
+        self.docs.push(doc);
+    }
+
+    /// The documents of `results`, in order; a leaf the source no longer
+    /// has is counted as skipped, any other error fails the read.
+    fn take(&mut self, db: &Db, results: Vec<BulkGetResult>) -> Result<Vec<Box<RawValue>>, Error> {
+        let mut docs = Vec::new();
         for result in results {
             for d in result.docs {
                 match (d.ok, d.error) {
-                    (Some(doc), _) => {
-                        bytes += doc.get().len();
-                        docs.push(doc);
-                    }
+                    (Some(doc), _) => docs.push(doc),
                     (None, Some(err)) => {
                         // CouchDB: {"error":{"error":"not_found",…}}; PouchDB: {"error":"not_found"}.
                         let kind = err
@@ -231,24 +316,78 @@ pub async fn read_leaves(
                             });
                         }
                         tracing::warn!(id = ?result.id, "leaf no longer on the source; skipped");
-                        skipped += 1;
+                        self.skipped += 1;
                     }
-                    (None, None) => skipped += 1,
+                    (None, None) => self.skipped += 1,
                 }
             }
         }
+        Ok(docs)
+    }
+}
+
+/// Reads `items` with `_bulk_get` (`attachments` inline or as stubs), in
+/// chunks of at most [`BULK_GET_MAX`] halved on 413, or one document at a
+/// time (`open_revs`, attachments always inline) from a source without
+/// `_bulk_get`. Also says whether attachments came inline.
+async fn fetch(
+    db: &Db,
+    items: &[BulkGetItem],
+    attachments: bool,
+    opts: &ReadOptions,
+) -> Result<(Vec<BulkGetResult>, bool), Error> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut inline = attachments;
+    let mut chunk_max = BULK_GET_MAX;
+    let mut rest = items;
+    while !rest.is_empty() {
+        let n = chunk_max.min(rest.len());
+        if opts.bulk_get.load(Ordering::Relaxed) {
+            match bulk_get_split(db, &rest[..n], attachments).await {
+                Ok(r) => out.extend(r),
+                Err(e) if e.is_too_large() && n > 1 => {
+                    chunk_max = n / 2;
+                    continue;
+                }
+                Err(e) if matches!(e.status(), Some(400 | 404 | 405)) => {
+                    tracing::warn!(error = %e, "the source has no _bulk_get; reading documents one by one");
+                    opts.bulk_get.store(false, Ordering::Relaxed);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            inline = true;
+            out.extend(read_by_open_revs(db, &rest[..n]).await?);
+        }
         rest = &rest[n..];
     }
-    Ok(LeafPage {
-        docs,
-        changes,
-        rows,
-        last_seq: page.last_seq,
-        bytes,
-        skipped,
-        missing_checked,
-        missing_found,
-    })
+    Ok((out, inline))
+}
+
+/// For a revision read without attachments: the bytes its attachments
+/// name (their stubs' lengths), its id and rev; None without attachments.
+fn attachment_info(doc: &RawValue) -> Option<(u64, String, String)> {
+    if !doc.get().contains("\"_attachments\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Stub {
+        #[serde(default)]
+        length: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        #[serde(rename = "_id")]
+        id: String,
+        #[serde(rename = "_rev")]
+        rev: String,
+        #[serde(default, rename = "_attachments")]
+        attachments: Option<std::collections::HashMap<String, Stub>>,
+    }
+    let d: Doc = serde_json::from_str(doc.get()).ok()?;
+    let atts = d.attachments?;
+    (!atts.is_empty()).then(|| (atts.values().map(|a| a.length).sum(), d.id, d.rev))
 }
 
 /// Pages read ahead of the writer by [`read_loop`].

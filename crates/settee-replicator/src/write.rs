@@ -1,5 +1,7 @@
 //! The writing half of replication, shared by the replicator, `post-docs`
-//! and `copy`: documents go to `_bulk_docs` in batches sized by a [`Sizer`].
+//! and `copy`: documents go to `_bulk_docs` in batches sized by a [`Sizer`];
+//! revisions with large attachments are streamed from the source one by
+//! one ([`Sink::stream`]), never held in memory whole.
 //!
 //! Invariants:
 //! - every document handed to [`Sink::write`] is either acknowledged by the
@@ -18,6 +20,8 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use settee_client::adapt::Sizer;
 use settee_client::{Db, RetryPolicy};
+
+use crate::read::Streamed;
 
 /// A write that cannot go on: the message says how many documents were
 /// not written and why.
@@ -45,6 +49,12 @@ impl Report for LogReport {
         tracing::warn!("{message}");
     }
 }
+
+/// Revisions copied by themselves at once ([`Sink::stream`]).
+pub const STREAMS_IN_FLIGHT: usize = 2;
+/// How long one streamed revision may take (its attachments may be
+/// large); a stalled one is given up after it.
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Consecutive stalls at batch size 1 before giving up.
 const STALLS_MAX: u32 = 6;
@@ -160,6 +170,46 @@ impl Sink {
                     tokio::time::sleep(self.retry.delay(stalls)).await;
                 }
                 Err(e) => return Err(self.fatal(docs.len() - i, lines.map(|l| l[i]), &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `items` from `source` one by one, attachments streamed
+    /// ([`Db::copy_revision`]), [`STREAMS_IN_FLIGHT`] at a time. A
+    /// revision the target refuses (4xx) is reported and counted as
+    /// failed; any other failure (after the client's retries) ends the
+    /// write.
+    pub async fn stream(&mut self, source: &Db, items: &[Streamed]) -> Result<(), WriteError> {
+        let target = self.db.with_retry(self.retry);
+        let source = source.with_retry(self.retry);
+        for (k, group) in items.chunks(STREAMS_IN_FLIGHT).enumerate() {
+            let copies = group.iter().cloned().map(|it| {
+                let (source, target) = (source.clone(), target.clone());
+                async move {
+                    let r = source
+                        .copy_revision(&target, &it.id, &it.rev, &it.atts_since, STREAM_TIMEOUT)
+                        .await;
+                    (it, r)
+                }
+            });
+            for (it, r) in futures_util::future::join_all(copies).await {
+                match r {
+                    Ok(_) => self.written += 1,
+                    Err(settee_client::Error::Couch {
+                        status: 400..=499,
+                        error,
+                        reason,
+                        ..
+                    }) if error != "unauthorized" => {
+                        self.report(Some(&it.id), None, &error, &reason);
+                        self.failed += 1;
+                    }
+                    Err(e) => {
+                        let left = items.len() - k * STREAMS_IN_FLIGHT;
+                        return Err(self.fatal(left, None, &e));
+                    }
+                }
             }
         }
         Ok(())

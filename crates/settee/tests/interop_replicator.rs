@@ -65,6 +65,30 @@ fn edit(h: &Http, db: &str, tag: &str) {
     );
 }
 
+/// Bytes of [`big_attachment`]'s attachment: more than travels inline.
+const BIG: usize = 1_500_000;
+
+/// A document `big-{tag}` with a [`BIG`]-byte attachment that does not
+/// compress.
+fn big_attachment(h: &Http, db: &str, tag: &str) {
+    use base64::Engine;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ tag.len() as u64;
+    let bytes: Vec<u8> = (0..BIG)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+    h.ok(
+        "PUT",
+        &format!("/{db}/big-{tag}"),
+        Some(&json!({"_attachments": {"big.bin": {"content_type": "application/octet-stream", "data": data}}})),
+    );
+}
+
 fn settee_replicate(h: &Http, body: Value) -> Value {
     let r = h.req("POST", "/_replicate", Some(&body));
     assert!(r.status == 200 || r.status == 202, "{r:?}");
@@ -183,6 +207,17 @@ fn two_way_continuous_with_couchdb() {
     converge(&hs, "two", &hc, "two");
     let conf = &snapshot(&hc, "two")["conf"];
     assert_eq!(conf.leaves.len(), 3, "{conf:?}");
+    // Attachments too large to travel inline are streamed (multipart) by
+    // Settee's replicator and by CouchDB's, both ways.
+    big_attachment(&hs, "two", "settee");
+    big_attachment(&hc, "two", "couch");
+    converge(&hs, "two", &hc, "two");
+    for tag in ["settee", "couch"] {
+        let path = format!("/two/big-{tag}");
+        let (s, c) = (hs.ok("GET", &path, None), hc.ok("GET", &path, None));
+        assert_eq!(s["_attachments"], c["_attachments"], "{tag}");
+        assert_eq!(s["_attachments"]["big.bin"]["length"], json!(BIG));
+    }
     // The same replication again, one-shot, on both: nothing left to do.
     let once = settee_replicate(
         &hs,

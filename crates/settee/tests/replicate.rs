@@ -537,6 +537,8 @@ struct Proxy {
     stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Request bytes swallowed while stalling.
     swallowed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Response bytes passed back to clients.
+    passed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A TCP proxy to `upstream` that cuts every `nth` connection after it has
@@ -554,9 +556,11 @@ fn proxy(upstream: u16, nth: usize, budget: usize) -> Proxy {
         upstream: Arc::new(std::sync::atomic::AtomicU16::new(upstream)),
         stall: Arc::new(AtomicBool::new(false)),
         swallowed: Arc::new(AtomicUsize::new(0)),
+        passed: Arc::new(AtomicUsize::new(0)),
     };
     let (counted, to) = (proxy.cuts.clone(), proxy.upstream.clone());
     let (stall, swallowed) = (proxy.stall.clone(), proxy.swallowed.clone());
+    let total = proxy.passed.clone();
     std::thread::spawn(move || {
         for (i, client) in listener.incoming().enumerate() {
             let Ok(client) = client else { continue };
@@ -586,7 +590,7 @@ fn proxy(upstream: u16, nth: usize, budget: usize) -> Proxy {
                 }
                 let _ = s_out.shutdown(Shutdown::Write);
             });
-            let cuts = counted.clone();
+            let (cuts, total) = (counted.clone(), total.clone());
             let (mut s_in, mut c_out) = (server, client);
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
@@ -600,6 +604,7 @@ fn proxy(upstream: u16, nth: usize, budget: usize) -> Proxy {
                         break;
                     }
                     passed += n;
+                    total.fetch_add(n, Ordering::Relaxed);
                     if passed >= limit {
                         cuts.fetch_add(1, Ordering::Relaxed);
                         break;
@@ -746,6 +751,101 @@ fn continuous_replication_outlives_a_stalling_target() {
     let mut cancel = body;
     cancel["cancel"] = json!(true);
     ok(replicate(&a, cancel));
+    a.stop();
+    b.stop();
+}
+
+/// A revision whose attachments exceed what travels inline is copied by
+/// itself, its attachment streamed (multipart) from source to target; an
+/// attachment the target already has (an earlier revision) is not sent
+/// again (`atts_since` from `_revs_diff`'s `possible_ancestors`).
+#[test]
+fn large_attachments_are_streamed_and_not_sent_twice() {
+    let a = Server::start();
+    let b = Server::start();
+    a.create_db("src");
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let big: Vec<u8> = (0..3 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let r = a.raw(
+        "PUT",
+        "/src/doc/big.bin",
+        true,
+        &[("Content-Type", "application/octet-stream")],
+        Some(&big),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    bulk(
+        &a,
+        "src",
+        json!({"docs": [{"_id": "small", "_attachments": {"s.txt": {"content_type": "text/plain", "data": "aGVsbG8="}}}, {"_id": "plain"}]}),
+    );
+    let p = proxy(a.port, usize::MAX, usize::MAX);
+    let source = format!("http://{}:{}@127.0.0.1:{}/src", ADMIN.0, ADMIN.1, p.port);
+    let target = format!("http://{}:{}@127.0.0.1:{}/dst", ADMIN.0, ADMIN.1, b.port);
+    let out = ok(replicate(
+        &a,
+        json!({"source": source, "target": target, "create_target": true}),
+    ));
+    assert_eq!(out["history"][0]["docs_written"], json!(3), "{out}");
+    assert_eq!(leaves(&a, "src"), leaves(&b, "dst"));
+    let att = |s: &Server, id: &str| {
+        s.admin(
+            "GET",
+            &format!("/{}/{id}", if s.port == a.port { "src" } else { "dst" }),
+            None,
+        )
+        .json()["_attachments"]
+            .clone()
+    };
+    assert_eq!(att(&a, "doc"), att(&b, "doc"));
+    assert_eq!(att(&b, "doc")["big.bin"]["length"], json!(3 << 20));
+    assert_eq!(att(&a, "small"), att(&b, "small"));
+    let first = p.passed.swap(0, std::sync::atomic::Ordering::Relaxed);
+    assert!(first > 3 << 20, "{first} bytes from the source");
+    // A new revision that keeps the attachment: only the document travels.
+    let rev = a.admin("GET", "/src/doc", None).json()["_rev"].clone();
+    let mut doc = a.admin("GET", "/src/doc", None).json();
+    doc["note"] = json!("changed");
+    doc["_rev"] = rev;
+    let r = a.admin("PUT", "/src/doc", Some(&doc.to_string()));
+    assert_eq!(r.status, 201, "{r:?}");
+    let out = ok(replicate(&a, json!({"source": source, "target": target})));
+    // Counts go on from the checkpoint's: 3 before, 1 now.
+    assert_eq!(out["history"][0]["docs_written"], json!(4), "{out}");
+    let second = p.passed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        second < 1 << 20,
+        "{second} bytes from the source for a changed field"
+    );
+    assert_eq!(leaves(&a, "src"), leaves(&b, "dst"));
+    assert_eq!(
+        b.admin("GET", "/dst/doc", None).json()["note"],
+        json!("changed")
+    );
+    assert_eq!(att(&a, "doc"), att(&b, "doc"));
+    // The attachment's bytes arrived intact (their digest, as each server
+    // computed it from the bytes it stored).
+    let r = b.raw("HEAD", "/dst/doc/big.bin", true, &[], None);
+    assert_eq!(r.status, 200);
+    let digest = r
+        .header("Content-MD5")
+        .or(r.header("ETag"))
+        .map(str::to_string);
+    assert!(digest.is_some(), "{r:?}");
+    let src = a.raw("HEAD", "/src/doc/big.bin", true, &[], None);
+    assert_eq!(
+        digest,
+        src.header("Content-MD5")
+            .or(src.header("ETag"))
+            .map(str::to_string)
+    );
     a.stop();
     b.stop();
 }

@@ -173,6 +173,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<LeafPage>(PAGES_QUEUED);
     let mut opts = ReadOptions::new(args.filter_design);
+    opts.stream_attachments = true;
     opts.revs_diff_target = (!target_empty).then(|| dst.clone());
     let reader = {
         let (src, since, unit, continuous) = (
@@ -209,15 +210,20 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     let mut skipped = 0u64;
     let (written_before, failed_before) = (stats.docs_written, stats.doc_write_failures);
     while let Some(page) = rx.recv().await {
-        if let Err(e) = sink.write(&page.docs, None).await {
+        let written = match sink.write(&page.docs, None).await {
+            Ok(()) => sink.stream(&src, &page.streamed).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             reader.abort();
             progress.finish();
             return Err(e.into());
         }
-        revisions += page.docs.len() as u64;
+        let read = (page.docs.len() + page.streamed.len()) as u64;
+        revisions += read;
         skipped += page.skipped as u64;
         changes += page.changes as u64;
-        stats.docs_read += page.docs.len() as u64;
+        stats.docs_read += read;
         stats.missing_checked += page.missing_checked as u64;
         stats.missing_found += page.missing_found as u64;
         stats.docs_written = written_before + sink.written;
