@@ -850,6 +850,36 @@ fn large_attachments_are_streamed_and_not_sent_twice() {
     b.stop();
 }
 
+/// Revision histories arrive whole and the target stems them to its own
+/// `_revs_limit`, as CouchDB's; the leaf is the same.
+#[test]
+fn histories_are_stemmed_by_the_targets_revs_limit() {
+    let s = Server::start();
+    s.create_db("src");
+    let ids: Vec<String> = (0..40).map(|i| format!("{:032x}", 0xabc0 + i)).collect();
+    let rev = format!("40-{}", ids[0]);
+    bulk(
+        &s,
+        "src",
+        json!({"new_edits": false, "docs": [{"_id": "long", "_rev": rev, "v": 1,
+            "_revisions": {"start": 40, "ids": ids}}]}),
+    );
+    s.create_db("dst");
+    let r = s.admin("PUT", "/dst/_revs_limit", Some("5"));
+    assert_eq!(r.status, 200, "{r:?}");
+    ok(replicate(&s, json!({"source": "src", "target": "dst"})));
+    let d = s.admin("GET", "/dst/long?revs=true", None).json();
+    assert_eq!(d["_rev"], json!(rev), "{d}");
+    assert_eq!(
+        d["_revisions"]["ids"].as_array().map(Vec::len),
+        Some(5),
+        "{d}"
+    );
+    let full = s.admin("GET", "/src/long?revs=true", None).json();
+    assert_eq!(full["_revisions"]["ids"].as_array().map(Vec::len), Some(40));
+    s.stop();
+}
+
 #[test]
 fn replicator_documents_beyond_max_jobs_wait_their_turn() {
     let b = Server::start();
