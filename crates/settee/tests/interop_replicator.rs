@@ -116,6 +116,21 @@ fn two_way_continuous_with_pouchdb_server() {
     // `conf`: the fixture's `2-c…` and each side's `3-…` on `2-b…`.
     let conf = &snapshot(&hs, "two")["conf"];
     assert_eq!(conf.leaves.len(), 3, "{conf:?}");
+    // Attachments too large to travel inline, streamed both ways.
+    big_attachment(&hs, "two", "settee");
+    big_attachment(&hp, "two", "pouch");
+    converge(&hs, "two", &hp, "two");
+    for tag in ["settee", "pouch"] {
+        let path = format!("/two/big-{tag}");
+        let (s, p) = (hs.ok("GET", &path, None), hp.ok("GET", &path, None));
+        for k in ["digest", "length", "content_type"] {
+            assert_eq!(
+                s["_attachments"]["big.bin"][k], p["_attachments"]["big.bin"][k],
+                "{tag} {k}"
+            );
+        }
+        assert_eq!(s["_attachments"]["big.bin"]["length"], json!(BIG));
+    }
     for mut body in [push, pull] {
         body["cancel"] = json!(true);
         settee_replicate(&hs, body);
