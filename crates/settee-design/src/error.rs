@@ -24,6 +24,11 @@ pub enum DesignError {
     /// feed fails.
     #[error("changes filter failed: {0}")]
     Filter(JsError),
+    /// A render function (show) could not run or threw: CouchDB's answer
+    /// is named by the error (`render_error`, `not_found`,
+    /// `compilation_error`, `not_acceptable`, or the name thrown).
+    #[error("render function failed: {0}")]
+    Render(JsError),
     /// Reading the database failed, or the design document is not there
     /// (`NotFound("missing" | "deleted")`).
     #[error(transparent)]

@@ -10,6 +10,8 @@
 //! runs them for one edit. [`Design::changes_filter`] and
 //! [`Design::view_filter`] load a filter for a `_changes` request;
 //! [`ChangesFilter::judge`] runs it over a batch of change rows.
+//! [`Design::render_ddoc`] and [`Design::show`] run show functions
+//! (`render`).
 //!
 //! Invariants:
 //! - **The cache is never stale once a design-document write has been
@@ -35,6 +37,7 @@ mod cache;
 pub mod docs;
 mod error;
 mod filter;
+mod render;
 mod validate;
 
 use std::sync::Arc;
@@ -44,6 +47,7 @@ use settee_js::JsEngine;
 
 pub use error::DesignError;
 pub use filter::{ChangesFilter, FilterKind};
+pub(crate) use settee_core::name::DESIGN_PREFIX;
 pub use validate::{Validators, WriteCtx};
 
 use cache::ValidatorCache;

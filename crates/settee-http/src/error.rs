@@ -415,6 +415,28 @@ fn validate_js_error(e: &JsError) -> ApiError {
     )
 }
 
+/// A show (render) function's failure as CouchDB answers it: a thrown
+/// `not_found` is "document not found" (404), `not_acceptable` is 406,
+/// anything else 500 with the name thrown.
+fn render_js_error(e: &JsError) -> ApiError {
+    match e {
+        JsError::NotFound { .. } => ApiError::not_found("document not found"),
+        JsError::UnsupportedLanguage { language } => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unknown_query_language",
+            language.clone(),
+        ),
+        JsError::Runtime { name, reason } if name == "not_acceptable" => {
+            ApiError::new(StatusCode::NOT_ACCEPTABLE, "not_acceptable", reason.clone())
+        }
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            other.couch_error().to_string(),
+            other.couch_reason(),
+        ),
+    }
+}
+
 impl From<DesignError> for ApiError {
     fn from(e: DesignError) -> ApiError {
         match e {
@@ -440,6 +462,7 @@ impl From<DesignError> for ApiError {
                 "error",
                 e.couch_reason().to_string(),
             ),
+            DesignError::Render(e) => render_js_error(&e),
             DesignError::Db(e) => ApiError::from(e),
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -22,6 +22,7 @@
 pub mod auth;
 pub mod auth_chain;
 pub mod config;
+pub mod design_req;
 pub mod error;
 pub mod idle_poll;
 pub mod linger;

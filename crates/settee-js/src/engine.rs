@@ -269,6 +269,37 @@ impl JsEngine {
         }
     }
 
+    /// Runs `shows.NAME(doc, req)` (with `provides()`, `registerType()`,
+    /// `send()` and `start()`), the design document as `this`: the
+    /// response object (`{code, headers, body | json | base64}`) CouchDB's
+    /// query server would answer. `doc` is the document's JSON (`null`
+    /// for none). Throws in the function come back as CouchDB names them
+    /// (`render_error` for anything but `["error", name, reason]`).
+    pub fn show_async(
+        &self,
+        ddoc: &DesignDoc,
+        name: &str,
+        doc: String,
+        req: &Value,
+    ) -> impl Future<Output = Result<Value, JsError>> + Send + 'static {
+        let args = (
+            name.to_string(),
+            doc,
+            serde_json::to_string(req).expect("values serialise"),
+        );
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let job = self.pool.run(move |w| w.call(&ddoc, "show", args));
+        async move {
+            let out = job.await?;
+            log_lines(&id, &out);
+            match serde_json::from_str::<Value>(&out.body) {
+                Ok(v @ Value::Object(_)) => Ok(v),
+                _ => Err(malformed("show", &out.body)),
+            }
+        }
+    }
+
     /// Runs `filters.NAME(doc, req)` for each document, with the design
     /// document as `this`: a truthy result passes the document. An exception
     /// fails the whole call, as in CouchDB.

@@ -318,6 +318,184 @@
     return doc !== null && typeof doc === "object" ? doc._id : undefined;
   }
 
+  // --- Rendering: show functions ---------------------------------------------
+  // Formats by name and their MIME types, as CouchDB registers them;
+  // registerType() adds more (they stay for the context's life, as in a
+  // CouchDB query server process).
+  var slice = Function.prototype.call.bind(Array.prototype.slice);
+  var mimesByKey = {};
+  var keysByMime = {};
+  function registerType(key) {
+    var mimes = slice(arguments, 1);
+    mimesByKey[key] = mimes;
+    for (var i = 0; i < mimes.length; i++) keysByMime[mimes[i]] = key;
+  }
+  registerType("all", "*/*");
+  registerType("text", "text/plain; charset=utf-8", "txt");
+  registerType("html", "text/html; charset=utf-8");
+  registerType("xhtml", "application/xhtml+xml", "xhtml");
+  registerType("xml", "application/xml", "text/xml", "application/x-xml");
+  registerType("js", "text/javascript", "application/javascript", "application/x-javascript");
+  registerType("css", "text/css");
+  registerType("ics", "text/calendar");
+  registerType("csv", "text/csv");
+  registerType("rss", "application/rss+xml");
+  registerType("atom", "application/atom+xml");
+  registerType("yaml", "application/x-yaml", "text/yaml");
+  registerType("multipart_form", "multipart/form-data");
+  registerType("url_encoded_form", "application/x-www-form-urlencoded");
+  registerType("json", "application/json", "text/x-json");
+
+  // What a render function set up with provides(), send() and start().
+  var providers = [];
+  var chunks = [];
+  var startResp = null;
+  function provides(type, fun) {
+    providers[providers.length] = [type, fun];
+  }
+  function send(chunk) {
+    chunks[chunks.length] = String(chunk);
+  }
+  function start(resp) {
+    startResp = resp || {};
+  }
+  function resetRender() {
+    providers = [];
+    chunks = [];
+    startResp = null;
+  }
+  global.registerType = registerType;
+  global.provides = provides;
+  global.send = send;
+  global.start = start;
+  global.getRow = function () { return null; };
+
+  // A media range "type/sub; p=v; q=0.5" as [type, sub, params].
+  function mediaRange(text) {
+    var parts = String(text).split(";");
+    var params = {};
+    for (var i = 1; i < parts.length; i++) {
+      var eq = parts[i].indexOf("=");
+      if (eq > 0) params[parts[i].slice(0, eq).trim()] = parts[i].slice(eq + 1).trim();
+    }
+    var full = parts[0].trim();
+    if (full === "*") full = "*/*";
+    var slash = full.indexOf("/");
+    var q = parseFloat(params.q);
+    if (!(q >= 0 && q <= 1)) params.q = "1";
+    return slash < 0 ? [full, "", params] : [full.slice(0, slash), full.slice(slash + 1), params];
+  }
+  // How well `mime` fits the ranges of an Accept header: [fitness, q]
+  // (fitness: 100 for the type, 10 for the subtype, 1 per parameter).
+  function fitness(mime, ranges) {
+    var target = mediaRange(mime);
+    var best = -1;
+    var bestQ = 0;
+    for (var i = 0; i < ranges.length; i++) {
+      var r = ranges[i];
+      var typeOk = r[0] === target[0] || r[0] === "*" || target[0] === "*";
+      var subOk = r[1] === target[1] || r[1] === "*" || target[1] === "*";
+      if (!typeOk || !subOk) continue;
+      var f = (r[0] === target[0] ? 100 : 0) + (r[1] === target[1] ? 10 : 0);
+      for (var p in target[2]) {
+        if (p !== "q" && hasOwn(r[2], p) && r[2][p] === target[2][p]) f += 1;
+      }
+      if (f > best) {
+        best = f;
+        bestQ = parseFloat(r[2].q);
+      }
+    }
+    return [best, bestQ];
+  }
+  // The provider a request wants: by ?format=, else by Accept (the best
+  // fitness, then quality; among equals, the first format provided and its
+  // last type, as CouchDB picks), else the first provided.
+  function chooseProvider(req) {
+    var query = req.query || {};
+    var accept = req.headers ? req.headers.Accept : undefined;
+    var key = null;
+    var contentType = null;
+    var supported = [];
+    if (query.format) {
+      key = query.format;
+      contentType = mimesByKey[key][0];
+    } else if (accept) {
+      var ranges = String(accept).split(",");
+      for (var i = 0; i < ranges.length; i++) ranges[i] = mediaRange(ranges[i]);
+      var best = null;
+      var bestKey = null;
+      for (var k = 0; k < providers.length; k++) {
+        var mimes = mimesByKey[providers[k][0]];
+        if (!mimes) continue;
+        for (var m = 0; m < mimes.length; m++) {
+          supported[supported.length] = mimes[m];
+          var fq = fitness(mimes[m], ranges);
+          var better = best === null || fq[0] > best[0] || (fq[0] === best[0] && fq[1] > best[1]);
+          var sameKey = best !== null && fq[0] === best[0] && fq[1] === best[1] && bestKey === providers[k][0];
+          if (better || sameKey) {
+            best = fq;
+            bestKey = providers[k][0];
+            contentType = mimes[m];
+          }
+        }
+      }
+      if (best !== null && best[1] > 0) key = bestKey;
+      else contentType = null;
+    } else if (providers.length > 0) {
+      key = providers[0][0];
+      contentType = mimesByKey[key] ? mimesByKey[key][0] : null;
+    }
+    for (var j = 0; j < providers.length; j++) {
+      if (providers[j][0] === key) return [providers[j][1], contentType];
+    }
+    throw ["error", "not_acceptable", "Content-Type " + (accept || key) +
+      " not supported, try one of: " + supported.join(", ")];
+  }
+  function wrapResponse(resp) {
+    return typeof resp === "string" ? { body: resp } : resp;
+  }
+  // A thrown value as SpiderMonkey's toSource() writes it (CouchDB's
+  // render errors quote it so).
+  function source(v, nested) {
+    if (typeof v === "string") return nested ? stringify(v) : "(new String(" + stringify(v) + "))";
+    if (typeof v === "number" || typeof v === "boolean") {
+      return nested ? String(v) : "(new " + (typeof v === "number" ? "Number" : "Boolean") + "(" + String(v) + "))";
+    }
+    if (v === null) return "null";
+    if (v === undefined) return "(void 0)";
+    if (typeof v === "function") return "(function)";
+    if (isArray(v)) {
+      var items = [];
+      for (var i = 0; i < v.length; i++) items[i] = source(v[i], true);
+      return "[" + items.join(", ") + "]";
+    }
+    if (v instanceof Error) return "(new " + v.name + "(" + stringify(String(v.message)) + "))";
+    var parts = [];
+    var keys = ownKeys(v);
+    for (var k = 0; k < keys.length; k++) {
+      var key = String(keys[k]);
+      var name = /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? key : stringify(key);
+      parts[parts.length] = name + ":" + source(v[key], true);
+    }
+    var text = "{" + parts.join(", ") + "}";
+    return nested ? text : "(" + text + ")";
+  }
+  // What a render function threw, as the query server reports it: arrays
+  // ["error", name, reason] as they are, engine failures as they are,
+  // anything else as a render_error.
+  function renderError(err) {
+    if (isArray(err) && err[0] === "error") return err;
+    if (InternalErrorCtor !== undefined && err instanceof InternalErrorCtor) return err;
+    var stack = err !== null && typeof err === "object" && typeof err.stack === "string" ? err.stack : "undefined";
+    return ["error", "render_error", "function raised error: " + source(err, false) + " \nstacktrace: " + stack];
+  }
+  function showFun(name) {
+    return fun("shows\u0000" + name, function () {
+      var shows = ddoc.shows;
+      return shows !== null && typeof shows === "object" && hasOwn(shows, name) ? shows[name] : undefined;
+    }, "shows", name, function () { return ddocRequire; });
+  }
+
   // --- The driver --------------------------------------------------------------
   return {
     // The source being compiled when the last call was stopped (null when
@@ -448,6 +626,42 @@
       }
       currentId = null;
       return header() + "\n" + out;
+    },
+
+    // shows.NAME(doc, req) with provides()/send()/start(); the body is the
+    // JSON of the response object ({code, headers, body|json|base64}).
+    show: function (name, docJson, reqJson) {
+      var f = showFun(name);
+      var doc = parse(docJson);
+      var req = parse(reqJson);
+      resetRender();
+      try {
+        var resp = apply(f, ddoc, [doc, req]) || {};
+        resp = wrapResponse(resp);
+        if (chunks.length > 0) {
+          resp.headers = resp.headers || {};
+          for (var h in startResp || {}) resp.headers[h] = startResp[h];
+          resp.body = chunks.join("") + (resp.body || "");
+          chunks = [];
+        }
+        if (providers.length > 0) {
+          var chosen = chooseProvider(req);
+          var provided = wrapResponse(chosen[0]() || {});
+          resp.body = (resp.body || "") + chunks.join("");
+          resp.body += provided.body || "";
+          resp.headers = resp.headers || {};
+          if (chosen[1] && !resp.headers["Content-Type"]) resp.headers["Content-Type"] = chosen[1];
+        }
+        var kind = typeof resp;
+        if (resp === null || (kind !== "object" && kind !== "string") || isArray(resp)) {
+          throw ["error", "render_error", "undefined response from show function"];
+        }
+        return header() + "\n" + stringify(resp);
+      } catch (err) {
+        throw renderError(err);
+      } finally {
+        resetRender();
+      }
     },
 
     // Compiles a view's map function (and with withReduce its reduce

@@ -896,3 +896,41 @@ fn filters_over_many_changes_in_batches() {
         assert_eq!(ids(&v), ["d02499", "d02496", "d02493"]);
     }
 }
+
+/// A show function that never returns is stopped at the JavaScript time
+/// bound (`os_process_timeout`, 5 s by default) with CouchDB's
+/// `os_process_error`; the server goes on serving shows.
+#[test]
+fn a_looping_show_is_stopped_and_the_server_goes_on() {
+    let s = shared();
+    s.create_db("showloop");
+    put_ddoc(
+        &s,
+        "showloop",
+        "d",
+        json!({"shows": {
+            "spin": "function(doc, req){ while (true) {} }",
+            "ok": "function(doc, req){ return {json: {id: doc && doc._id, q: req.query.q}}; }"
+        }}),
+    );
+    let r = s.admin("PUT", "/showloop/a", Some("{}"));
+    assert_eq!(r.status, 201, "{r:?}");
+    let t = Instant::now();
+    let r = s.admin("GET", "/showloop/_design/d/_show/spin", None);
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    let (status, error, _) = err(&r);
+    assert_eq!((status, error.as_str()), (500, "os_process_error"), "{r:?}");
+    let r = s.admin("GET", "/showloop/_design/d/_show/ok/a?q=1", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json(), json!({"id": "a", "q": "1"}));
+    // The ETag names this answer: If-None-Match with it is 304.
+    let tag = r.header("ETag").expect("an ETag").to_string();
+    let again = s.raw(
+        "GET",
+        "/showloop/_design/d/_show/ok/a?q=1",
+        true,
+        &[("If-None-Match", &tag)],
+        None,
+    );
+    assert_eq!(again.status, 304, "{again:?}");
+}

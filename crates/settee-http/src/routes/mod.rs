@@ -15,6 +15,7 @@ pub mod doc;
 pub mod mango;
 pub mod replicate;
 pub mod server;
+pub mod show;
 pub mod users_db;
 pub mod view;
 
@@ -132,6 +133,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             view::queries(app, req, db, ddoc, view).await
         }
         [db, "_design", ddoc, "_info"] => view::info(app, req, db, ddoc).await,
+        [db, "_design", ddoc, "_show", rest @ ..] => show::show(app, req, db, ddoc, rest, &s).await,
         [db, "_local", _, _, ..] => {
             app.db(db)?;
             Err(ApiError::bad_request(
@@ -149,7 +151,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             att::handle(app, req, db, (*id).to_string(), name.join("/")).await
         }
         [db, ..] => {
-            // Shows, lists, updates, rewrites: a later issue.
+            // Lists, updates, rewrites: a later issue.
             app.db(db)?;
             Err(ApiError::not_implemented())
         }
