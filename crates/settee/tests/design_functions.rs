@@ -905,7 +905,7 @@ fn a_looping_show_is_stopped_and_the_server_goes_on() {
     let s = shared();
     s.create_db("showloop");
     put_ddoc(
-        &s,
+        s,
         "showloop",
         "d",
         json!({"shows": {
