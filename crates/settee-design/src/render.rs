@@ -1,4 +1,4 @@
-//! Design functions that render a response (`shows`, for now): the design
+//! Design functions that render a response (`shows`, `updates`): the design
 //! document loaded and checked for the function the request names, the
 //! function run on the JavaScript engine, its response object handed back
 //! for the HTTP layer to send.
@@ -46,6 +46,21 @@ impl Design {
     ) -> Result<Value, DesignError> {
         self.js
             .show_async(ddoc, name, doc, req)
+            .await
+            .map_err(DesignError::Render)
+    }
+
+    /// Runs `updates.NAME(doc, req)`: the document to save (JSON `null`
+    /// or anything but an object: nothing is saved) and the response.
+    pub async fn update(
+        &self,
+        ddoc: &DesignDoc,
+        name: &str,
+        doc: String,
+        req: &Value,
+    ) -> Result<(Value, Value), DesignError> {
+        self.js
+            .update_async(ddoc, name, doc, req)
             .await
             .map_err(DesignError::Render)
     }

@@ -300,6 +300,39 @@ impl JsEngine {
         }
     }
 
+    /// Runs `updates.NAME(doc, req)`, the design document as `this`: the
+    /// document to save (any JSON; only an object is saved) and the
+    /// response (a string becomes `{body}`; anything else the function
+    /// returned as its second element, as it is).
+    pub fn update_async(
+        &self,
+        ddoc: &DesignDoc,
+        name: &str,
+        doc: String,
+        req: &Value,
+    ) -> impl Future<Output = Result<(Value, Value), JsError>> + Send + 'static {
+        let args = (
+            name.to_string(),
+            doc,
+            serde_json::to_string(req).expect("values serialise"),
+        );
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let job = self.pool.run(move |w| w.call(&ddoc, "update", args));
+        async move {
+            let out = job.await?;
+            log_lines(&id, &out);
+            match serde_json::from_str::<Value>(&out.body) {
+                Ok(Value::Array(mut a)) if a.len() == 3 && a[0] == "up" => {
+                    let resp = a.pop().expect("three elements");
+                    let doc = a.pop().expect("three elements");
+                    Ok((doc, resp))
+                }
+                _ => Err(malformed("update", &out.body)),
+            }
+        }
+    }
+
     /// Runs `filters.NAME(doc, req)` for each document, with the design
     /// document as `this`: a truthy result passes the document. An exception
     /// fails the whole call, as in CouchDB.

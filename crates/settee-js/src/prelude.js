@@ -489,6 +489,12 @@
     var stack = err !== null && typeof err === "object" && typeof err.stack === "string" ? err.stack : "undefined";
     return ["error", "render_error", "function raised error: " + source(err, false) + " \nstacktrace: " + stack];
   }
+  function updateFun(name) {
+    return fun("updates\u0000" + name, function () {
+      var updates = ddoc.updates;
+      return updates !== null && typeof updates === "object" && hasOwn(updates, name) ? updates[name] : undefined;
+    }, "updates", name, function () { return ddocRequire; });
+  }
   function showFun(name) {
     return fun("shows\u0000" + name, function () {
       var shows = ddoc.shows;
@@ -657,6 +663,32 @@
           throw ["error", "render_error", "undefined response from show function"];
         }
         return header() + "\n" + stringify(resp);
+      } catch (err) {
+        throw renderError(err);
+      } finally {
+        resetRender();
+      }
+    },
+
+    // updates.NAME(doc, req) returning [doc, response]; the body is the JSON
+    // of ["up", doc, response] (a string response wrapped as {body}).
+    update: function (name, docJson, reqJson) {
+      var f = updateFun(name);
+      var doc = parse(docJson);
+      var req = parse(reqJson);
+      resetRender();
+      try {
+        var result = apply(f, ddoc, [doc, req]);
+        if (result === undefined || result === null) {
+          throw new TypeError("result is " + result);
+        }
+        var resp = result[1];
+        var kind = typeof resp;
+        if (kind !== "object" && kind !== "string") {
+          throw ["error", "render_error", "undefined response from update function"];
+        }
+        var out = stringify(["up", result[0] === undefined ? null : result[0], wrapResponse(resp)]);
+        return header() + "\n" + out;
       } catch (err) {
         throw renderError(err);
       } finally {

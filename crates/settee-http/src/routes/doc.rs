@@ -225,15 +225,54 @@ pub async fn write_with_atts(
     )>,
 ) -> ApiResult<Response> {
     let kind = validate_doc_id(id)?;
-    match kind {
-        DocKind::Design => require_db_admin(req)?,
-        _ => require_db_writer(req)?,
-    }
+    authorize_write(req, kind)?;
     merge_rev(req, &mut map)?;
     let new_edits = req.query.bool("new_edits")?.unwrap_or(true);
     if kind == DocKind::Local {
         return write_local(req, db, id, map, new_edits).await;
     }
+    match save(app, req, db, id, kind, map, stored, new_edits).await? {
+        Saved::Written(rev, deleted) => Ok(written(req, db, id, &rev.to_string(), deleted)),
+        Saved::Accepted => Ok(accepted(id)),
+    }
+}
+
+/// Who may write a document of this kind: db admins for design
+/// documents, writers (members) for the others.
+pub(crate) fn authorize_write(req: &Req, kind: DocKind) -> ApiResult<()> {
+    match kind {
+        DocKind::Design => require_db_admin(req),
+        _ => require_db_writer(req),
+    }
+}
+
+/// What [`save`] did.
+pub(crate) enum Saved {
+    /// The new revision, and whether it is a deletion.
+    Written(Rev, bool),
+    /// Batch mode: accepted, not yet applied.
+    Accepted,
+}
+
+/// Stores one (non-`_local`) document `map` as `id`, its writer already
+/// authorized: the `_users`/`_replicator` rules, size limits, attachments
+/// already stored (`stored`), design-document checks, the database's
+/// `validate_doc_update` functions, then the write.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn save(
+    app: &App,
+    req: &Req,
+    db: &Database,
+    id: &str,
+    kind: DocKind,
+    mut map: Map<String, Value>,
+    stored: Vec<(
+        String,
+        settee_core::att::AttStub,
+        settee_core::att::BlobWrites,
+    )>,
+    new_edits: bool,
+) -> ApiResult<Saved> {
     let too_large = too_large(&map);
     map.insert("_id".to_string(), Value::String(id.to_string()));
     let map = crate::auth::users_db_write(req, db, map, new_edits).await?;
@@ -258,21 +297,21 @@ pub async fn write_with_atts(
     let deleted = doc.deleted;
     if let Err(e) = validate(app, req, db, &doc, new_edits).await {
         return match (req.durability(), e) {
-            (Durability::Batch, DesignError::Refused(_)) => Ok(accepted(id)),
+            (Durability::Batch, DesignError::Refused(_)) => Ok(Saved::Accepted),
             (_, e) => Err(e.into()),
         };
     }
     if new_edits && edits_deleted(db, &doc)? {
         return match req.durability() {
             // CouchDB accepts a batch-mode write before it fails.
-            Durability::Batch => Ok(accepted(id)),
+            Durability::Batch => Ok(Saved::Accepted),
             _ => Err(ApiError::conflict()),
         };
     }
-    let Some(rev) = write_one(app, req, db, doc, new_edits).await? else {
-        return Ok(accepted(id));
-    };
-    Ok(written(req, db, id, &rev.to_string(), deleted))
+    match write_one(app, req, db, doc, new_edits).await? {
+        Some(rev) => Ok(Saved::Written(rev, deleted)),
+        None => Ok(Saved::Accepted),
+    }
 }
 
 /// Runs the database's `validate_doc_update` functions over one edit; Ok

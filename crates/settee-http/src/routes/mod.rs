@@ -16,6 +16,7 @@ pub mod mango;
 pub mod replicate;
 pub mod server;
 pub mod show;
+pub mod update;
 pub mod users_db;
 pub mod view;
 
@@ -134,6 +135,9 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         }
         [db, "_design", ddoc, "_info"] => view::info(app, req, db, ddoc).await,
         [db, "_design", ddoc, "_show", rest @ ..] => show::show(app, req, db, ddoc, rest, &s).await,
+        [db, "_design", ddoc, "_update", rest @ ..] => {
+            update::update(app, req, db, ddoc, rest, &s).await
+        }
         [db, "_local", _, _, ..] => {
             app.db(db)?;
             Err(ApiError::bad_request(
@@ -151,7 +155,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             att::handle(app, req, db, (*id).to_string(), name.join("/")).await
         }
         [db, ..] => {
-            // Lists, updates, rewrites: a later issue.
+            // Lists and rewrites: a later issue.
             app.db(db)?;
             Err(ApiError::not_implemented())
         }

@@ -24,7 +24,7 @@ use crate::state::App;
 
 /// A document as a show function gets it: latest revision with
 /// `_revisions`, or JSON `null`; and its revision (for the ETag).
-fn doc_for_show(db: &settee_db::Database, id: &str) -> ApiResult<(String, String)> {
+pub(crate) fn doc_for_show(db: &settee_db::Database, id: &str) -> ApiResult<(String, String)> {
     let reader = db.reader()?;
     if id.starts_with("_local/") {
         return Ok(match reader.get_local(id)? {
@@ -101,8 +101,15 @@ pub async fn show(
             .expect("valid response"));
     }
     let resp = app.design.show(&design, name, doc, &js_req).await?;
-    let head = req.method == Method::HEAD;
-    external_response(&resp, Some(&etag), head)
+    external_response(
+        &resp,
+        &External {
+            etag: Some(&etag),
+            head: req.method == Method::HEAD,
+            code: StatusCode::OK,
+            negotiated: true,
+        },
+    )
 }
 
 /// The show's ETag: a hash of what its answer depends on.
@@ -134,14 +141,27 @@ fn etag(design: &settee_js::DesignDoc, doc_rev: &str, req: &Req) -> String {
 /// (200), `headers`, and the last of `body` (text, `text/html`), `json`
 /// (`application/json`) and `base64` (bytes, `application/binary`); none
 /// of them: an empty `application/json` body.
-pub fn external_response(resp: &Value, etag: Option<&str>, head: bool) -> ApiResult<Response> {
+/// How [`external_response`] sends a response object.
+pub struct External<'a> {
+    /// The server's ETag (replacing any the function set).
+    pub etag: Option<&'a str>,
+    /// A HEAD request: no body.
+    pub head: bool,
+    /// The status when the object names none.
+    pub code: StatusCode,
+    /// A show's answer: `Vary: Accept` and a sandboxing CSP.
+    pub negotiated: bool,
+}
+
+pub fn external_response(resp: &Value, how: &External<'_>) -> ApiResult<Response> {
+    let (etag, head) = (how.etag, how.head);
     let obj = resp.as_object().cloned().unwrap_or_default();
     let code = obj
         .get("code")
         .and_then(Value::as_u64)
         .and_then(|c| u16::try_from(c).ok())
         .and_then(|c| StatusCode::from_u16(c).ok())
-        .unwrap_or(StatusCode::OK);
+        .unwrap_or(how.code);
     let mut data: Vec<u8> = Vec::new();
     let mut ctype = "application/json";
     let mut revalidate = false;
@@ -204,13 +224,15 @@ pub fn external_response(resp: &Value, etag: Option<&str>, head: bool) -> ApiRes
     if !has_ctype {
         b = b.header("Content-Type", ctype);
     }
-    if !has_vary {
+    if how.negotiated && !has_vary {
         b = b.header("Vary", "Accept");
     }
     if revalidate {
         b = b.header("Cache-Control", "must-revalidate");
     }
-    b = b.header("Content-Security-Policy", "sandbox");
+    if how.negotiated {
+        b = b.header("Content-Security-Policy", "sandbox");
+    }
     if let Some(tag) = etag {
         b = b.header("ETag", tag);
     }
