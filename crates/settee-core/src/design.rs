@@ -45,7 +45,7 @@ const OBJECT: &[Ty] = &[Object];
 const STRING: &[Ty] = &[Ty::String];
 const BOOLEAN: &[Ty] = &[Boolean];
 const OBJECT_OR_STRING: &[Ty] = &[Ty::String, Object];
-const STRING_OR_ARRAY: &[Ty] = &[Ty::String, Array];
+const ARRAY_OR_STRING: &[Ty] = &[Array, Ty::String];
 const MAP_FN: &[Ty] = &[MapFn];
 
 /// The member paths CouchDB checks, in its order
@@ -58,7 +58,7 @@ const PATHS: &[&[Step]] = &[
     &[Key("options", OBJECT), Key("include_design", BOOLEAN)],
     &[Key("options", OBJECT), Key("local_seq", BOOLEAN)],
     &[Key("options", OBJECT), Key("partitioned", BOOLEAN)],
-    &[Key("rewrites", STRING_OR_ARRAY)],
+    &[Key("rewrites", ARRAY_OR_STRING)],
     &[Key("shows", OBJECT), Any(OBJECT_OR_STRING)],
     &[Key("updates", OBJECT), Any(OBJECT_OR_STRING)],
     &[Key("validate_doc_update", STRING)],
@@ -324,7 +324,7 @@ mod tests {
             ),
             (
                 json!({"rewrites": {}}),
-                "`rewrites` field must have string or array type",
+                "`rewrites` field must have array or string type",
             ),
             (
                 json!({"validate_doc_update": {}}),

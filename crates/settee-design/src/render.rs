@@ -1,4 +1,5 @@
-//! Design functions that render a response (`shows`, `updates`): the design
+//! Design functions that render a response (`shows`, `updates`) or route
+//! one (`rewrites`): the design
 //! document loaded and checked for the function the request names, the
 //! function run on the JavaScript engine, its response object handed back
 //! for the HTTP layer to send.
@@ -61,6 +62,31 @@ impl Design {
     ) -> Result<(Value, Value), DesignError> {
         self.js
             .update_async(ddoc, name, doc, req)
+            .await
+            .map_err(DesignError::Render)
+    }
+
+    /// `_design/{ddoc}` for its `rewrites` (an array of rules or a
+    /// function's source): the design document's JSON and, for the
+    /// function form, the document ready to run.
+    pub fn rewrite_ddoc(
+        &self,
+        reader: &Reader,
+        ddoc: &str,
+    ) -> Result<(serde_json::Map<String, Value>, DesignDoc), DesignError> {
+        let id = format!("{DESIGN_PREFIX}{ddoc}");
+        let doc = reader.get(&id, &GetOptions::default())?;
+        let mut body = doc.body.to_map();
+        body.insert("_id".into(), Value::String(doc.id.clone()));
+        body.insert("_rev".into(), Value::String(doc.rev.to_string()));
+        let compiled = DesignDoc::new(&Value::Object(body.clone())).map_err(DesignError::Render)?;
+        Ok((body, compiled))
+    }
+
+    /// Runs the `rewrites` function on `req`.
+    pub async fn rewrite(&self, ddoc: &DesignDoc, req: &Value) -> Result<Value, DesignError> {
+        self.js
+            .rewrite_async(ddoc, req)
             .await
             .map_err(DesignError::Render)
     }

@@ -87,7 +87,10 @@ pub fn build(
     let requested: Vec<Value> = raw_path
         .trim_start_matches('/')
         .split('/')
-        .map(|s| Value::String(s.to_string()))
+        .map(|s| {
+            let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy();
+            Value::String(decoded.into_owned())
+        })
         .collect();
     let ctype = req.header("content-type").unwrap_or_default();
     let form: Map<String, Value> = if ctype.starts_with("application/x-www-form-urlencoded") {

@@ -53,6 +53,17 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Query(Vec<(String, String)>);
 
 impl Query {
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> Query {
+        Query(pairs)
+    }
+
+    /// The pairs encoded as a query string (without `?`).
+    pub fn encode(&self) -> String {
+        form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(self.0.iter())
+            .finish()
+    }
+
     pub fn parse(raw: Option<&str>) -> Query {
         match raw {
             Some(q) => Query(form_urlencoded::parse(q.as_bytes()).into_owned().collect()),
@@ -194,6 +205,8 @@ pub struct Req {
     /// The body was dropped part-way (too large, too slow, broken): the
     /// connection cannot be reused.
     abandoned: bool,
+    /// How many times `_rewrite` routed this request anew.
+    pub rewrites: u32,
 }
 
 impl Req {
@@ -218,7 +231,13 @@ impl Req {
             peer: None,
             body: parking_lot::Mutex::new(Some(body)),
             abandoned: false,
+            rewrites: 0,
         }
+    }
+
+    /// Replaces the body still to be read (a rewrite that names one).
+    pub fn replace_body(&mut self, bytes: Bytes) {
+        *self.body.get_mut() = Some(HttpBody::from(bytes));
     }
 
     /// Called once the handler is done: drains what it left of the body.

@@ -300,6 +300,28 @@ impl JsEngine {
         }
     }
 
+    /// Runs the design document's `rewrites` function on `req`: what it
+    /// returned (a path, `{path, query, method, headers, body}`, `{code,
+    /// …}`, or anything else for the caller to refuse).
+    pub fn rewrite_async(
+        &self,
+        ddoc: &DesignDoc,
+        req: &Value,
+    ) -> impl Future<Output = Result<Value, JsError>> + Send + 'static {
+        let args = (serde_json::to_string(req).expect("values serialise"),);
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let job = self.pool.run(move |w| w.call(&ddoc, "rewrite", args));
+        async move {
+            let out = job.await?;
+            log_lines(&id, &out);
+            match serde_json::from_str::<Value>(&out.body) {
+                Ok(Value::Array(mut a)) if a.len() == 1 => Ok(a.pop().expect("one element")),
+                _ => Err(malformed("rewrite", &out.body)),
+            }
+        }
+    }
+
     /// Runs `updates.NAME(doc, req)`, the design document as `this`: the
     /// document to save (any JSON; only an object is saved) and the
     /// response (a string becomes `{body}`; anything else the function

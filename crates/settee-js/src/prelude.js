@@ -495,6 +495,11 @@
       return updates !== null && typeof updates === "object" && hasOwn(updates, name) ? updates[name] : undefined;
     }, "updates", name, function () { return ddocRequire; });
   }
+  function rewriteFun() {
+    return fun("rewrites", function () {
+      return ddoc.rewrites;
+    }, "rewrites", "rewrites", function () { return ddocRequire; });
+  }
   function showFun(name) {
     return fun("shows\u0000" + name, function () {
       var shows = ddoc.shows;
@@ -693,6 +698,21 @@
         throw renderError(err);
       } finally {
         resetRender();
+      }
+    },
+
+    // The function form of rewrites: rewrites(req); the body is the JSON of
+    // [result] (undefined as null).
+    rewrite: function (reqJson) {
+      var f = rewriteFun();
+      var req = parse(reqJson);
+      try {
+        var result = apply(f, ddoc, [req]);
+        return header() + "\n" + stringify([result === undefined ? null : result]);
+      } catch (err) {
+        var e = renderError(err);
+        if (isArray(e) && e[1] === "render_error") e[1] = "rewrite_error";
+        throw e;
       }
     },
 

@@ -14,6 +14,7 @@ pub mod db;
 pub mod doc;
 pub mod mango;
 pub mod replicate;
+pub mod rewrite;
 pub mod server;
 pub mod show;
 pub mod update;
@@ -138,6 +139,9 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_design", ddoc, "_update", rest @ ..] => {
             update::update(app, req, db, ddoc, rest, &s).await
         }
+        [db, "_design", ddoc, "_rewrite", rest @ ..] => {
+            rewrite::rewrite(app, req, db, ddoc, rest, &s).await
+        }
         [db, "_local", _, _, ..] => {
             app.db(db)?;
             Err(ApiError::bad_request(
@@ -148,7 +152,9 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             doc::handle(app, req, db, format!("_local/{}", rest.join("/"))).await
         }
         [db, id] => doc::handle(app, req, db, (*id).to_string()).await,
-        [db, "_design", ddoc, name @ ..] if !name.is_empty() && !name[0].starts_with('_') => {
+        // Any other name under a design document is an attachment's (as
+        // CouchDB reads `_design/d/_x`), but lists: a later issue.
+        [db, "_design", ddoc, name @ ..] if !name.is_empty() && name[0] != "_list" => {
             att::handle(app, req, db, format!("_design/{ddoc}"), name.join("/")).await
         }
         [db, id, name @ ..] if !id.starts_with('_') && !name.is_empty() => {

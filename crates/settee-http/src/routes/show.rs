@@ -108,6 +108,7 @@ pub async fn show(
             head: req.method == Method::HEAD,
             code: StatusCode::OK,
             negotiated: true,
+            bare: false,
         },
     )
 }
@@ -151,6 +152,8 @@ pub struct External<'a> {
     pub code: StatusCode,
     /// A show's answer: `Vary: Accept` and a sandboxing CSP.
     pub negotiated: bool,
+    /// No default `Content-Type` (a rewrite function's direct answer).
+    pub bare: bool,
 }
 
 pub fn external_response(resp: &Value, how: &External<'_>) -> ApiResult<Response> {
@@ -221,7 +224,7 @@ pub fn external_response(resp: &Value, how: &External<'_>) -> ApiResult<Response
             b = b.header(n, v);
         }
     }
-    if !has_ctype {
+    if !has_ctype && !how.bare {
         b = b.header("Content-Type", ctype);
     }
     if how.negotiated && !has_vary {
@@ -248,4 +251,15 @@ pub fn external_response(resp: &Value, how: &External<'_>) -> ApiResult<Response
             e.to_string(),
         )
     })
+}
+
+/// A design function's failure where a thrown `not_found` keeps its
+/// reason (updates, rewrites); otherwise as a show's.
+pub(crate) fn thrown_error(e: settee_design::DesignError) -> ApiError {
+    match e {
+        settee_design::DesignError::Render(settee_js::JsError::NotFound { reason }) => {
+            ApiError::not_found(reason)
+        }
+        other => other.into(),
+    }
 }

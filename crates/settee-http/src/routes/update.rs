@@ -103,7 +103,7 @@ pub async fn update(
         .design
         .update(&design, name, doc, &js_req)
         .await
-        .map_err(update_error)?;
+        .map_err(super::show::thrown_error)?;
     if resp.is_array() {
         let term = erlang(&Value::Array(vec!["up".into(), new_doc, resp]));
         return Err(
@@ -117,6 +117,7 @@ pub async fn update(
             head,
             code: StatusCode::OK,
             negotiated: false,
+            bare: false,
         };
         return external_response(&resp, &how);
     };
@@ -151,6 +152,7 @@ pub async fn update(
             StatusCode::ACCEPTED
         },
         negotiated: false,
+        bare: false,
     };
     let mut out = external_response(&resp, &how)?;
     let headers = out.headers_mut();
@@ -164,17 +166,6 @@ pub async fn update(
         headers.insert("X-Couch-Id", v);
     }
     Ok(out)
-}
-
-/// An update function's failure: as a show's, but a thrown `not_found`
-/// keeps its reason.
-fn update_error(e: settee_design::DesignError) -> ApiError {
-    match e {
-        settee_design::DesignError::Render(settee_js::JsError::NotFound { reason }) => {
-            ApiError::not_found(reason)
-        }
-        other => other.into(),
-    }
 }
 
 #[cfg(test)]
