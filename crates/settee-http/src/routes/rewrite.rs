@@ -104,10 +104,9 @@ fn resolve(db: &str, ddoc: &str, to: &str, secure: bool) -> Option<Vec<String>> 
         match part {
             "" | "." => {}
             ".." => {
-                if segs.pop().is_none() || (secure && segs.is_empty()) {
-                    if secure {
-                        return None;
-                    }
+                let climbed_out = segs.pop().is_none() || segs.is_empty();
+                if secure && climbed_out {
+                    return None;
                 }
             }
             other => segs.push(other.to_string()),
@@ -116,13 +115,10 @@ fn resolve(db: &str, ddoc: &str, to: &str, secure: bool) -> Option<Vec<String>> 
     Some(segs)
 }
 
-fn by_rules(
-    req: &Req,
-    db: &str,
-    ddoc: &str,
-    rules: &[Value],
-    path: &[&str],
-) -> ApiResult<(Vec<String>, Vec<(String, String)>)> {
+/// Where a rule sends a request: the new path's segments and its query.
+type Target = (Vec<String>, Vec<(String, String)>);
+
+fn by_rules(req: &Req, db: &str, ddoc: &str, rules: &[Value], path: &[&str]) -> ApiResult<Target> {
     let too_far = rules.iter().any(|r| {
         r.get("to")
             .and_then(Value::as_str)
