@@ -90,4 +90,19 @@ impl Design {
             .await
             .map_err(DesignError::Render)
     }
+
+    /// Runs `lists.NAME(head, req)` over `rows` (JSON texts).
+    pub async fn list(
+        &self,
+        ddoc: &DesignDoc,
+        name: &str,
+        head: String,
+        rows: String,
+        req: &Value,
+    ) -> Result<Value, DesignError> {
+        self.js
+            .list_async(ddoc, name, head, rows, req)
+            .await
+            .map_err(DesignError::Render)
+    }
 }

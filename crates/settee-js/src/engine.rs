@@ -322,6 +322,37 @@ impl JsEngine {
         }
     }
 
+    /// Runs `lists.NAME(head, req)` over `rows` (a JSON array of view
+    /// rows): `{code, headers, body, contentType}` — the status and
+    /// headers `start()` set, the text sent and returned, the type
+    /// `provides()` chose.
+    pub fn list_async(
+        &self,
+        ddoc: &DesignDoc,
+        name: &str,
+        head: String,
+        rows: String,
+        req: &Value,
+    ) -> impl Future<Output = Result<Value, JsError>> + Send + 'static {
+        let args = (
+            name.to_string(),
+            head,
+            rows,
+            serde_json::to_string(req).expect("values serialise"),
+        );
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let job = self.pool.run(move |w| w.call(&ddoc, "list", args));
+        async move {
+            let out = job.await?;
+            log_lines(&id, &out);
+            match serde_json::from_str::<Value>(&out.body) {
+                Ok(v @ Value::Object(_)) => Ok(v),
+                _ => Err(malformed("list", &out.body)),
+            }
+        }
+    }
+
     /// Runs `updates.NAME(doc, req)`, the design document as `this`: the
     /// document to save (any JSON; only an object is saved) and the
     /// response (a string becomes `{body}`; anything else the function

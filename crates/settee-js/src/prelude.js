@@ -408,8 +408,7 @@
     return [best, bestQ];
   }
   // The provider a request wants: by ?format=, else by Accept (the best
-  // fitness, then quality; among equals, the first format provided and its
-  // last type, as CouchDB picks), else the first provided.
+  // fitness, then quality, as CouchDB ranks them), else the first provided.
   function chooseProvider(req) {
     var query = req.query || {};
     var accept = req.headers ? req.headers.Accept : undefined;
@@ -422,24 +421,22 @@
     } else if (accept) {
       var ranges = String(accept).split(",");
       for (var i = 0; i < ranges.length; i++) ranges[i] = mediaRange(ranges[i]);
+      // CouchDB lists the types of the formats provided last first, and of
+      // equally good matches takes the last one listed.
       var best = null;
-      var bestKey = null;
-      for (var k = 0; k < providers.length; k++) {
+      for (var k = providers.length - 1; k >= 0; k--) {
         var mimes = mimesByKey[providers[k][0]];
         if (!mimes) continue;
         for (var m = 0; m < mimes.length; m++) {
           supported[supported.length] = mimes[m];
           var fq = fitness(mimes[m], ranges);
-          var better = best === null || fq[0] > best[0] || (fq[0] === best[0] && fq[1] > best[1]);
-          var sameKey = best !== null && fq[0] === best[0] && fq[1] === best[1] && bestKey === providers[k][0];
-          if (better || sameKey) {
+          if (best === null || fq[0] > best[0] || (fq[0] === best[0] && fq[1] >= best[1])) {
             best = fq;
-            bestKey = providers[k][0];
             contentType = mimes[m];
           }
         }
       }
-      if (best !== null && best[1] > 0) key = bestKey;
+      if (best !== null && best[1] > 0) key = keysByMime[contentType];
       else contentType = null;
     } else if (providers.length > 0) {
       key = providers[0][0];
@@ -499,6 +496,12 @@
     return fun("rewrites", function () {
       return ddoc.rewrites;
     }, "rewrites", "rewrites", function () { return ddocRequire; });
+  }
+  function listFun(name) {
+    return fun("lists\u0000" + name, function () {
+      var lists = ddoc.lists;
+      return lists !== null && typeof lists === "object" && hasOwn(lists, name) ? lists[name] : undefined;
+    }, "lists", name, function () { return ddocRequire; });
   }
   function showFun(name) {
     return fun("shows\u0000" + name, function () {
@@ -713,6 +716,51 @@
         var e = renderError(err);
         if (isArray(e) && e[1] === "render_error") e[1] = "rewrite_error";
         throw e;
+      }
+    },
+
+    // lists.NAME(head, req) over `rows`: getRow() hands them out one by one;
+    // the first getRow() commits the response's status and headers (as
+    // CouchDB sends them then), so a later throw is appended to the body.
+    // The body is the JSON of {code, headers, body, committed, error}.
+    list: function (name, headJson, rowsJson, reqJson) {
+      var f = listFun(name);
+      var head = parse(headJson);
+      var rows = parse(rowsJson);
+      var req = parse(reqJson);
+      var next = 0;
+      var committed = false;
+      resetRender();
+      global.getRow = function () {
+        committed = true;
+        tick();
+        if (next >= rows.length) return null;
+        var row = rows[next];
+        rows[next++] = undefined;
+        return row;
+      };
+      var contentType = null;
+      try {
+        var tail = apply(f, ddoc, [head, req]);
+        if (providers.length > 0) {
+          var chosen = chooseProvider(req);
+          contentType = chosen[1];
+          tail = chosen[0]();
+        }
+        if (tail !== undefined && tail !== null) send(tail);
+        var resp = startResp || {};
+        return header() + "\n" + stringify({code: resp.code, headers: resp.headers || {},
+          body: chunks.join(""), contentType: contentType});
+      } catch (err) {
+        var e = renderError(err);
+        if (!committed || !isArray(e)) throw e;
+        var partial = startResp || {};
+        return header() + "\n" + stringify({code: partial.code, headers: partial.headers || {},
+          body: chunks.join("") + "\n" + stringify({code: 500, error: e[1], reason: e[2]}) + "\n",
+          contentType: contentType});
+      } finally {
+        global.getRow = function () { return null; };
+        resetRender();
       }
     },
 

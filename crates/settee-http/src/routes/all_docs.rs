@@ -419,6 +419,32 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
     .await
 }
 
+/// The JSON text `GET /{db}/_all_docs` answers for query `pairs`, in
+/// memory (a list function's rows; the caller bounds what it keeps).
+pub(crate) fn answer_text(
+    db: &settee_db::Database,
+    pairs: &[(String, String)],
+) -> ApiResult<String> {
+    let mut o = Opts::default();
+    for (k, v) in pairs {
+        if k == "keys" {
+            match parse_json_bytes(v.as_bytes())? {
+                Value::Array(keys) => o.keys = Some(keys),
+                _ => return Err(ApiError::bad_request("`keys` parameter must be an array.")),
+            }
+        } else {
+            o.apply(k, Src::Text(v))?;
+        }
+    }
+    validate(&o)?;
+    let reader = db.reader()?;
+    let blobs = db.blobs();
+    let c = counts(&reader, Kind::All)?;
+    let mut sink = Sink::collect();
+    run(&reader, &blobs, Kind::All, &o, &c, &mut sink)?;
+    Ok(sink.buf)
+}
+
 /// Most rows a query answered on the connection's thread may skip.
 const QUICK_SKIP_MAX: u64 = 1000;
 

@@ -12,6 +12,7 @@ pub mod bulk_body;
 pub mod changes;
 pub mod db;
 pub mod doc;
+pub mod list;
 pub mod mango;
 pub mod replicate;
 pub mod rewrite;
@@ -139,6 +140,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_design", ddoc, "_update", rest @ ..] => {
             update::update(app, req, db, ddoc, rest, &s).await
         }
+        [db, "_design", ddoc, "_list", rest @ ..] => list::list(app, req, db, ddoc, rest, &s).await,
         [db, "_design", ddoc, "_rewrite", rest @ ..] => {
             rewrite::rewrite(app, req, db, ddoc, rest, &s).await
         }
@@ -153,8 +155,8 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         }
         [db, id] => doc::handle(app, req, db, (*id).to_string()).await,
         // Any other name under a design document is an attachment's (as
-        // CouchDB reads `_design/d/_x`), but lists: a later issue.
-        [db, "_design", ddoc, name @ ..] if !name.is_empty() && name[0] != "_list" => {
+        // CouchDB reads `_design/d/_x`).
+        [db, "_design", ddoc, name @ ..] if !name.is_empty() => {
             att::handle(app, req, db, format!("_design/{ddoc}"), name.join("/")).await
         }
         [db, id, name @ ..] if !id.starts_with('_') && !name.is_empty() => {
