@@ -269,6 +269,30 @@ impl JsEngine {
         }
     }
 
+    /// Calls driver method `method` of a render function (show, list,
+    /// update, rewrite) with `args`: the JSON its body parses to (`Null`
+    /// when it does not) and the body itself, for the caller to check the
+    /// shape and name a malformed answer.
+    fn render_call<A>(
+        &self,
+        ddoc: &DesignDoc,
+        method: &'static str,
+        args: A,
+    ) -> impl Future<Output = Result<(Value, String), JsError>> + Send + 'static
+    where
+        A: for<'js> rquickjs::function::IntoArgs<'js> + Send + 'static,
+    {
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let job = self.pool.run(move |w| w.call(&ddoc, method, args));
+        async move {
+            let out = job.await?;
+            log_lines(&id, &out);
+            let value = serde_json::from_str::<Value>(&out.body).unwrap_or(Value::Null);
+            Ok((value, out.body))
+        }
+    }
+
     /// Runs `shows.NAME(doc, req)` (with `provides()`, `registerType()`,
     /// `send()` and `start()`), the design document as `this`: the
     /// response object (`{code, headers, body | json | base64}`) CouchDB's
@@ -287,15 +311,11 @@ impl JsEngine {
             doc,
             serde_json::to_string(req).expect("values serialise"),
         );
-        let ddoc = ddoc.clone();
-        let id = ddoc.id().to_string();
-        let job = self.pool.run(move |w| w.call(&ddoc, "show", args));
+        let call = self.render_call(ddoc, "show", args);
         async move {
-            let out = job.await?;
-            log_lines(&id, &out);
-            match serde_json::from_str::<Value>(&out.body) {
-                Ok(v @ Value::Object(_)) => Ok(v),
-                _ => Err(malformed("show", &out.body)),
+            match call.await? {
+                (v @ Value::Object(_), _) => Ok(v),
+                (_, body) => Err(malformed("show", &body)),
             }
         }
     }
@@ -309,15 +329,11 @@ impl JsEngine {
         req: &Value,
     ) -> impl Future<Output = Result<Value, JsError>> + Send + 'static {
         let args = (serde_json::to_string(req).expect("values serialise"),);
-        let ddoc = ddoc.clone();
-        let id = ddoc.id().to_string();
-        let job = self.pool.run(move |w| w.call(&ddoc, "rewrite", args));
+        let call = self.render_call(ddoc, "rewrite", args);
         async move {
-            let out = job.await?;
-            log_lines(&id, &out);
-            match serde_json::from_str::<Value>(&out.body) {
-                Ok(Value::Array(mut a)) if a.len() == 1 => Ok(a.pop().expect("one element")),
-                _ => Err(malformed("rewrite", &out.body)),
+            match call.await? {
+                (Value::Array(mut a), _) if a.len() == 1 => Ok(a.pop().expect("one element")),
+                (_, body) => Err(malformed("rewrite", &body)),
             }
         }
     }
@@ -340,15 +356,11 @@ impl JsEngine {
             rows,
             serde_json::to_string(req).expect("values serialise"),
         );
-        let ddoc = ddoc.clone();
-        let id = ddoc.id().to_string();
-        let job = self.pool.run(move |w| w.call(&ddoc, "list", args));
+        let call = self.render_call(ddoc, "list", args);
         async move {
-            let out = job.await?;
-            log_lines(&id, &out);
-            match serde_json::from_str::<Value>(&out.body) {
-                Ok(v @ Value::Object(_)) => Ok(v),
-                _ => Err(malformed("list", &out.body)),
+            match call.await? {
+                (v @ Value::Object(_), _) => Ok(v),
+                (_, body) => Err(malformed("list", &body)),
             }
         }
     }
@@ -369,19 +381,15 @@ impl JsEngine {
             doc,
             serde_json::to_string(req).expect("values serialise"),
         );
-        let ddoc = ddoc.clone();
-        let id = ddoc.id().to_string();
-        let job = self.pool.run(move |w| w.call(&ddoc, "update", args));
+        let call = self.render_call(ddoc, "update", args);
         async move {
-            let out = job.await?;
-            log_lines(&id, &out);
-            match serde_json::from_str::<Value>(&out.body) {
-                Ok(Value::Array(mut a)) if a.len() == 3 && a[0] == "up" => {
+            match call.await? {
+                (Value::Array(mut a), _) if a.len() == 3 && a[0] == "up" => {
                     let resp = a.pop().expect("three elements");
                     let doc = a.pop().expect("three elements");
                     Ok((doc, resp))
                 }
-                _ => Err(malformed("update", &out.body)),
+                (_, body) => Err(malformed("update", &body)),
             }
         }
     }
