@@ -68,6 +68,48 @@ pub enum NoBody {
     Empty,
 }
 
+/// 404 `{kind}_error` "Invalid path." (`show_error`, `list_error`, …): a
+/// design function's path that names no function.
+pub fn invalid_path(error: &'static str) -> crate::error::ApiError {
+    crate::error::ApiError::new(axum::http::StatusCode::NOT_FOUND, error, "Invalid path.")
+}
+
+/// The function name and the document id (the rest of the path) after
+/// `_show`/`_update`; [`invalid_path`] without a name.
+pub fn name_and_doc<'a>(
+    rest: &[&'a str],
+    error: &'static str,
+) -> crate::error::ApiResult<(&'a str, Option<String>)> {
+    match rest.first() {
+        Some(n) if !n.is_empty() => Ok((*n, (rest.len() > 1).then(|| rest[1..].join("/")))),
+        _ => Err(invalid_path(error)),
+    }
+}
+
+/// [`build`] for database `db` (its `GET /db` object as `info`).
+#[allow(clippy::too_many_arguments)]
+pub fn for_db(
+    app: &App,
+    req: &Req,
+    db: &settee_db::Database,
+    id: Option<&str>,
+    segments: &[&str],
+    body: &[u8],
+    no_body: NoBody,
+) -> crate::error::ApiResult<Value> {
+    let info = crate::routes::db::info_json(&db.info()?);
+    Ok(build(
+        app,
+        req,
+        db.name(),
+        info,
+        id,
+        segments,
+        body,
+        no_body,
+    ))
+}
+
 /// `req` for a design function of database `info` (its `GET /db` object)
 /// on document `id`, with the request's `body` (already read).
 pub fn build(

@@ -44,10 +44,6 @@ impl Out for Bounded {
     }
 }
 
-fn list_error() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "list_error", "Invalid path.")
-}
-
 pub async fn list(
     app: &App,
     req: &mut Req,
@@ -61,7 +57,7 @@ pub async fn list(
     let (name, view_ddoc, view) = match rest {
         [name, view] if !name.is_empty() && !view.is_empty() => (*name, ddoc, *view),
         [name, other, view] if !name.is_empty() && !view.is_empty() => (*name, *other, *view),
-        _ => return Err(list_error()),
+        _ => return Err(design_req::invalid_path("list_error")),
     };
     let design = app.design.render_ddoc(&db.reader()?, ddoc, "lists", name)?;
     if view_ddoc != ddoc {
@@ -142,17 +138,8 @@ pub async fn list(
             }
         }
     }
-    let info = crate::routes::db::info_json(&db.info()?);
-    let mut js_req = design_req::build(
-        app,
-        req,
-        db_name,
-        info,
-        None,
-        segments,
-        &raw_body,
-        NoBody::Undefined,
-    );
+    let mut js_req =
+        design_req::for_db(app, req, &db, None, segments, &raw_body, NoBody::Undefined)?;
     if let Value::Object(o) = &mut js_req {
         if let Some(Value::Object(q)) = o.get_mut("query") {
             for k in JSON_OPTIONS {

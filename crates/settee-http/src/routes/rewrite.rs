@@ -72,7 +72,7 @@ pub async fn rewrite(
             redispatch(app, req, segs, query).await
         }
         Some(Value::String(_)) => by_function(app, req, db_name, ddoc, &compiled, segments).await,
-        _ => Err(rewrite_error(StatusCode::NOT_FOUND, "Invalid path.")),
+        _ => Err(design_req::invalid_path("rewrite_error")),
     }
 }
 
@@ -256,7 +256,7 @@ async fn by_function(
                 ))
             }
         },
-        Value::Null => return Err(rewrite_error(StatusCode::NOT_FOUND, "Invalid path.")),
+        Value::Null => return Err(design_req::invalid_path("rewrite_error")),
         _ => {
             return Err(rewrite_error(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -64,34 +64,22 @@ pub async fn show(
 ) -> ApiResult<Response> {
     let db = app.db(db_name)?;
     require_db_reader(req)?;
-    let name = match rest.first() {
-        Some(n) if !n.is_empty() => *n,
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "show_error",
-                "Invalid path.",
-            ))
-        }
-    };
-    let doc_id = (rest.len() > 1).then(|| rest[1..].join("/"));
+    let (name, doc_id) = design_req::name_and_doc(rest, "show_error")?;
     let design = app.design.render_ddoc(&db.reader()?, ddoc, "shows", name)?;
     let (doc, doc_rev) = match &doc_id {
         Some(id) => doc_for_show(&db, id)?,
         None => ("null".into(), String::new()),
     };
     let body = req.body_bytes().await?;
-    let info = crate::routes::db::info_json(&db.info()?);
-    let js_req = design_req::build(
+    let js_req = design_req::for_db(
         app,
         req,
-        db_name,
-        info,
+        &db,
         doc_id.as_deref(),
         segments,
         &body,
         NoBody::Undefined,
-    );
+    )?;
     let etag = etag(&design, &doc_rev, req);
     if req.header("if-none-match") == Some(etag.as_str()) {
         return Ok(Response::builder()

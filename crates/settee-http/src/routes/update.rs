@@ -69,17 +69,7 @@ pub async fn update(
             "Update functions do not allow GET",
         ));
     }
-    let name = match rest.first() {
-        Some(n) if !n.is_empty() => *n,
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "update_error",
-                "Invalid path.",
-            ))
-        }
-    };
-    let doc_id = (rest.len() > 1).then(|| rest[1..].join("/"));
+    let (name, doc_id) = design_req::name_and_doc(rest, "update_error")?;
     let design = app
         .design
         .render_ddoc(&db.reader()?, ddoc, "updates", name)?;
@@ -88,17 +78,15 @@ pub async fn update(
         None => "null".into(),
     };
     let body = req.body_bytes().await?;
-    let info = crate::routes::db::info_json(&db.info()?);
-    let js_req = design_req::build(
+    let js_req = design_req::for_db(
         app,
         req,
-        db_name,
-        info,
+        &db,
         doc_id.as_deref(),
         segments,
         &body,
         NoBody::Empty,
-    );
+    )?;
     let (new_doc, resp) = app
         .design
         .update(&design, name, doc, &js_req)
