@@ -34,6 +34,25 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Counts a page read from the source, and the sink's totals since
+    /// the counts `before` (the session resumed): CouchDB counts every
+    /// revision read as one `_bulk_get` attempt and document.
+    pub fn count_page(
+        &mut self,
+        page: &crate::read::LeafPage,
+        before: &Stats,
+        sink: &crate::write::Sink,
+    ) {
+        let read = (page.docs.len() + page.streamed.len()) as u64;
+        self.missing_checked += page.missing_checked as u64;
+        self.missing_found += page.missing_found as u64;
+        self.docs_read += read;
+        self.bulk_get_docs += read;
+        self.bulk_get_attempts += read;
+        self.docs_written = before.docs_written + sink.written;
+        self.doc_write_failures = before.doc_write_failures + sink.failed;
+    }
+
     pub fn to_json(&self, into: &mut Map<String, Value>) {
         into.insert("missing_checked".into(), self.missing_checked.into());
         into.insert("missing_found".into(), self.missing_found.into());

@@ -260,8 +260,7 @@ pub async fn run(
     );
     // A resumed replication's counts go on from its checkpoint's.
     let mut stats = log.resumed.clone();
-    let base_written = stats.docs_written;
-    let base_failed = stats.doc_write_failures;
+    let before = stats.clone();
     let mut last_seq = log.start_seq.clone();
     let mut last_checkpoint = Instant::now();
     let tick = spec.checkpoint_interval.min(Duration::from_secs(3600));
@@ -282,15 +281,7 @@ pub async fn run(
                 reader.abort();
                 return Err(RepError::Failed(e.0));
             }
-            stats.missing_checked += page.missing_checked as u64;
-            stats.missing_found += page.missing_found as u64;
-            let read = (page.docs.len() + page.streamed.len()) as u64;
-            stats.docs_read += read;
-            // CouchDB counts both per document read.
-            stats.bulk_get_docs += read;
-            stats.bulk_get_attempts += read;
-            stats.docs_written = base_written + sink.written;
-            stats.doc_write_failures = base_failed + sink.failed;
+            stats.count_page(&page, &before, &sink);
             last_seq = page.last_seq;
             let mut st = status.lock();
             st.stats = stats.clone();

@@ -69,6 +69,21 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Documents of `db` on `s` (0 while it does not exist).
+fn doc_count(s: &Server, db: &str) -> u64 {
+    let r = s.admin("GET", &format!("/{db}"), None);
+    if r.status == 200 {
+        r.json()["doc_count"].as_u64().unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// A `_bulk_docs` body of 500 new documents `d{from}`…
+fn five_hundred(from: usize) -> Value {
+    json!({"docs": (from..from + 500).map(|i| json!({"_id": format!("d{i:05}")})).collect::<Vec<_>>()})
+}
+
 fn seed(s: &Server, db: &str) {
     s.create_db(db);
     bulk(
@@ -670,23 +685,14 @@ fn continuous_replication_outlives_a_target_restart() {
     let b_dir = tempfile::tempdir().unwrap();
     let b = Server::start_in(b_dir.path(), &[]);
     a.create_db("src");
-    let docs = |from: usize| -> Value {
-        json!({"docs": (from..from + 500).map(|i| json!({"_id": format!("d{i:05}")})).collect::<Vec<_>>()})
-    };
+    let docs = five_hundred;
     bulk(&a, "src", docs(0));
     // The target is reached through a proxy that follows it to its new port.
     let Proxy { port, upstream, .. } = proxy(b.port, usize::MAX, usize::MAX);
     let target = format!("http://{}:{}@127.0.0.1:{port}/dst", ADMIN.0, ADMIN.1);
     let body = json!({"source": "src", "target": target, "create_target": true, "continuous": true, "checkpoint_interval": 100});
     accepted(replicate(&a, body.clone()));
-    let count = |s: &Server| {
-        let r = s.admin("GET", "/dst", None);
-        if r.status == 200 {
-            r.json()["doc_count"].as_u64().unwrap_or(0)
-        } else {
-            0
-        }
-    };
+    let count = |s: &Server| doc_count(s, "dst");
     wait_until("the first 500 on the target", || count(&b) == 500);
     // The target goes away; the source keeps changing.
     b.stop();
@@ -714,23 +720,14 @@ fn continuous_replication_outlives_a_stalling_target() {
     let a = Server::start();
     let b = Server::start();
     a.create_db("src");
-    let docs = |from: usize| -> Value {
-        json!({"docs": (from..from + 500).map(|i| json!({"_id": format!("d{i:05}")})).collect::<Vec<_>>()})
-    };
+    let docs = five_hundred;
     bulk(&a, "src", docs(0));
     let p = proxy(b.port, usize::MAX, usize::MAX);
     let target = format!("http://{}:{}@127.0.0.1:{}/dst", ADMIN.0, ADMIN.1, p.port);
     let body = json!({"source": "src", "target": target, "create_target": true, "continuous": true,
         "checkpoint_interval": 100, "connection_timeout": 1000, "retries_per_request": 1});
     accepted(replicate(&a, body.clone()));
-    let count = || {
-        let r = b.admin("GET", "/dst", None);
-        if r.status == 200 {
-            r.json()["doc_count"].as_u64().unwrap_or(0)
-        } else {
-            0
-        }
-    };
+    let count = || doc_count(&b, "dst");
     wait_until("the first 500 on the target", || count() == 500);
     p.stall.store(true, std::sync::atomic::Ordering::Relaxed);
     bulk(&a, "src", docs(500));

@@ -208,7 +208,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
     let t0 = Instant::now();
     let mut revisions = 0u64;
     let mut skipped = 0u64;
-    let (written_before, failed_before) = (stats.docs_written, stats.doc_write_failures);
+    let before = stats.clone();
     while let Some(page) = rx.recv().await {
         let written = match sink.write(&page.docs, None).await {
             Ok(()) => sink.stream(&src, &page.streamed).await,
@@ -223,11 +223,7 @@ pub async fn run(args: Args) -> Result<(), ToolError> {
         revisions += read;
         skipped += page.skipped as u64;
         changes += page.changes as u64;
-        stats.docs_read += read;
-        stats.missing_checked += page.missing_checked as u64;
-        stats.missing_found += page.missing_found as u64;
-        stats.docs_written = written_before + sink.written;
-        stats.doc_write_failures = failed_before + sink.failed;
+        stats.count_page(&page, &before, &sink);
         last_seq = page.last_seq;
         if sink.failed == 0 {
             log.record(&src, &dst, &last_seq, &stats)
