@@ -9,7 +9,7 @@
 //!   CouchDB does: the member types (`filters`, `language`, `lists`,
 //!   `options`, `rewrites`, `shows`, `updates`, `validate_doc_update`,
 //!   `views`, in that order), then every view but `lib` having a `map`,
-//!   then `options.partitioned` (Settee has no partitioned databases),
+//!   then `options.partitioned` (true only in a partitioned database),
 //!   then the built-in reduce functions' names.
 //! - Not checked: whether JavaScript functions compile (CouchDB asks its
 //!   query server; a map or reduce function that does not compile is
@@ -77,7 +77,7 @@ fn invalid(reason: String) -> DocError {
 
 /// Checks a design document's members (special members may be present;
 /// they are not looked at).
-pub fn validate(doc: &Map<String, Value>) -> Result<(), DocError> {
+pub fn validate(doc: &Map<String, Value>, db_partitioned: bool) -> Result<(), DocError> {
     let query = doc.get("language").and_then(Value::as_str) == Some("query");
     for path in PATHS {
         if let Err((at, types)) = check(doc, path, &mut Vec::new(), query) {
@@ -98,7 +98,7 @@ pub fn validate(doc: &Map<String, Value>) -> Result<(), DocError> {
         .get("options")
         .and_then(|o| o.get("partitioned"))
         .and_then(Value::as_bool);
-    if partitioned == Some(true) {
+    if partitioned == Some(true) && !db_partitioned {
         return Err(invalid(
             "partitioned option cannot be true in a non-partitioned database.".into(),
         ));
@@ -221,7 +221,7 @@ mod tests {
     use serde_json::json;
 
     fn reason(v: Value) -> Option<String> {
-        match validate(v.as_object().unwrap()) {
+        match validate(v.as_object().unwrap(), false) {
             Ok(()) => None,
             Err(DocError::InvalidDesignDoc(r)) => Some(r),
             Err(e) => panic!("unexpected {e:?}"),

@@ -34,6 +34,13 @@ pub enum NameError {
     /// An `_id` member that is not a JSON string.
     #[error("Document id must be a string")]
     NotString,
+    /// An id without a partition in a partitioned database.
+    #[error("Doc id must be of form partition:id")]
+    NotPartitioned,
+    #[error("Partition must not be empty")]
+    EmptyPartition,
+    #[error("Partition must not start with an underscore")]
+    PartitionUnderscore,
 }
 
 /// Checks a database name against `^[a-z][a-z0-9_$()+/-]*$` (or a system db).
@@ -95,6 +102,41 @@ pub fn validate_doc_id(id: &str) -> Result<DocKind, NameError> {
     Err(NameError::ReservedDocId)
 }
 
+/// Checks a document id of a partitioned database: design and local ids
+/// as everywhere, every other one `PARTITION:ID` with a valid partition
+/// (see [`validate_partition`]) and a valid id after the first colon.
+pub fn validate_partitioned_doc_id(id: &str) -> Result<DocKind, NameError> {
+    let kind = validate_doc_id(id)?;
+    if kind != DocKind::Normal {
+        return Ok(kind);
+    }
+    let (partition, rest) = id.split_once(':').ok_or(NameError::NotPartitioned)?;
+    validate_partition(partition)?;
+    validate_doc_id(rest)?;
+    Ok(kind)
+}
+
+/// Checks a partition name: not empty, not starting with an underscore.
+pub fn validate_partition(partition: &str) -> Result<(), NameError> {
+    if partition.is_empty() {
+        return Err(NameError::EmptyPartition);
+    }
+    if partition.starts_with('_') {
+        return Err(NameError::PartitionUnderscore);
+    }
+    Ok(())
+}
+
+/// The partition of a document id (`None` for an id without a colon).
+pub fn partition_of(id: &str) -> Option<&str> {
+    id.split_once(':').map(|(p, _)| p)
+}
+
+/// The id range `[lo, hi)` of a partition's documents: `P:` up to `P;`.
+pub fn partition_range(partition: &str) -> (String, String) {
+    (format!("{partition}:"), format!("{partition};"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +149,28 @@ mod tests {
         for bad in ["", "A", "1a", "_foo", "a b", "aé", "a.b", &"a".repeat(239)] {
             assert!(validate_db_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn partitioned_doc_ids() {
+        use NameError::*;
+        for (id, want) in [
+            ("p:a", Ok(DocKind::Normal)),
+            ("p:a:b", Ok(DocKind::Normal)),
+            ("_design/d", Ok(DocKind::Design)),
+            ("_local/l", Ok(DocKind::Local)),
+            ("nocolon", Err(NotPartitioned)),
+            (":x", Err(EmptyPartition)),
+            ("p:", Err(EmptyDocId)),
+            ("_x:y", Err(ReservedDocId)),
+            ("p:_y", Err(ReservedDocId)),
+        ] {
+            assert_eq!(validate_partitioned_doc_id(id), want, "{id}");
+        }
+        assert_eq!(validate_partition("_x"), Err(PartitionUnderscore));
+        assert_eq!(partition_of("a:b:c"), Some("a"));
+        let (lo, hi) = partition_range("a");
+        assert!(lo.as_str() < "a:zzz" && "a:zzz" < hi.as_str() && "a;" >= hi.as_str());
     }
 
     #[test]

@@ -272,6 +272,8 @@ pub struct DbInfo {
     /// Microseconds since the epoch when the database was created.
     pub instance_start_time: String,
     pub revs_limit: u64,
+    /// A partitioned database.
+    pub partitioned: bool,
 }
 
 /// A handle on one database; cheap to clone.
@@ -757,7 +759,13 @@ impl Database {
             compact_running: self.shared.compacting.load(Ordering::Acquire),
             instance_start_time: self.shared.meta.created_us.to_string(),
             revs_limit: s.revs_limit,
+            partitioned: self.shared.meta.partitioned,
         })
+    }
+
+    /// Whether this is a partitioned database.
+    pub fn partitioned(&self) -> bool {
+        self.shared.meta.partitioned
     }
 
     /// When the database was created (microseconds since the epoch): it

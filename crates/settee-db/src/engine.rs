@@ -119,7 +119,7 @@ impl Engine {
             .inner
             .poison
             .guard(self.inner.store.get(Keyspace::Meta, &keys::catalog(name)))?;
-        v.map(|b| decode(&b, "catalog entry")).transpose()
+        v.map(|b| DbMeta::decode(&b)).transpose()
     }
 
     /// Creates a database; `DbExists` if it exists.
@@ -131,6 +131,17 @@ impl Engine {
     /// from the start, as CouchDB gives a new database its
     /// `default_security` object without advancing its `update_seq`.
     pub fn create_db_with_security(&self, name: &str, security: Option<&str>) -> Result<Database> {
+        self.create_db_with(name, security, false)
+    }
+
+    /// Creates a database with its security object (JSON text) and, when
+    /// `partitioned`, as a partitioned database.
+    pub fn create_db_with(
+        &self,
+        name: &str,
+        security: Option<&str>,
+        partitioned: bool,
+    ) -> Result<Database> {
         validate_db_name(name)?;
         self.check()?;
         let mut open = self.inner.open.lock();
@@ -148,6 +159,7 @@ impl Engine {
         let meta = DbMeta {
             id,
             created_us: now_us(),
+            partitioned,
         };
         let state = DbState::default();
         let mut batch = Batch::new();

@@ -46,7 +46,8 @@ pub use error::{DocFailure, Error, Result};
 pub use index_space::{IndexBatch, IndexSnapshot, IndexSpace};
 pub use options::{Durability, EngineOptions};
 pub use reader::{
-    AllDocsRow, ChangeRow, DocRead, GetOptions, IdRange, LocalDoc, OpenRev, OpenRevs, Reader,
+    AllDocsRow, ChangeRow, DocRead, GetOptions, IdRange, LocalDoc, OpenRev, OpenRevs, RangeCounts,
+    Reader,
 };
 pub use settee_store::rocks::RocksOptions;
 pub use writer::{DocResult, PurgeOutcome};

@@ -171,6 +171,17 @@ pub struct AllDocsRow {
     pub doc: Option<DocRead>,
 }
 
+/// What [`Reader::count_range`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeCounts {
+    pub live: u64,
+    pub deleted: u64,
+    /// Bytes of every stored record in the range.
+    pub bytes: u64,
+    /// Bytes of the live documents' records.
+    pub live_bytes: u64,
+}
+
 /// A `_local` document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalDoc {
@@ -718,6 +729,28 @@ impl Reader {
             return Ok(0);
         }
         Ok(self.count_live_keys(&from, &to, u64::MAX)?.0)
+    }
+
+    /// The documents whose ids are in `[lo, hi)`: live and deleted ones
+    /// and the bytes of their stored records (what a partition's info
+    /// reports). One scan of the range, so its cost is the range's size.
+    pub fn count_range(&self, lo: &str, hi: &str) -> Result<RangeCounts> {
+        let (from, to) = (keys::doc(self.db, lo), keys::doc(self.db, hi));
+        let mut c = RangeCounts::default();
+        if from >= to {
+            return Ok(c);
+        }
+        self.try_scan(Keyspace::Docs, &from, &to, false, &mut |_, v| {
+            if DocRecordHead::decode(v)?.is_live() {
+                c.live += 1;
+                c.live_bytes += v.len() as u64;
+            } else {
+                c.deleted += 1;
+            }
+            c.bytes += v.len() as u64;
+            Ok(true)
+        })?;
+        Ok(c)
     }
 
     /// Counts the live documents in `[from, to)`, examining at most `max`;

@@ -128,6 +128,32 @@ pub struct DbMeta {
     pub id: DbId,
     /// Creation time in microseconds since the Unix epoch (the instance start time).
     pub created_us: u64,
+    /// A partitioned database (`PUT /db?partitioned=true`): every
+    /// document id but design and local ones is `partition:id`. Fixed at
+    /// creation.
+    pub partitioned: bool,
+}
+
+/// The catalog entry as written before databases could be partitioned.
+#[derive(Deserialize)]
+struct DbMetaV1 {
+    id: DbId,
+    created_us: u64,
+}
+
+impl DbMeta {
+    /// Decodes a catalog entry of either format (an entry written before
+    /// partitioned databases is an ordinary database).
+    pub fn decode(bytes: &[u8]) -> Result<DbMeta> {
+        decode::<DbMeta>(bytes, "catalog entry").or_else(|e| {
+            let old: DbMetaV1 = decode(bytes, "catalog entry").map_err(|_| e)?;
+            Ok(DbMeta {
+                id: old.id,
+                created_us: old.created_us,
+                partitioned: false,
+            })
+        })
+    }
 }
 
 /// Counters of a database, rewritten atomically with every batch.

@@ -257,6 +257,9 @@ impl From<NameError> for ApiError {
                 "database_name_too_long",
                 e.to_string(),
             ),
+            NameError::EmptyPartition | NameError::PartitionUnderscore => {
+                ApiError::new(StatusCode::BAD_REQUEST, "illegal_partition", e.to_string())
+            }
             _ => ApiError::new(StatusCode::BAD_REQUEST, "illegal_docid", e.to_string()),
         }
     }

@@ -207,6 +207,9 @@ pub struct Req {
     abandoned: bool,
     /// How many times `_rewrite` routed this request anew.
     pub rewrites: u32,
+    /// The partition of a request routed from `/db/_partition/{p}/…`
+    /// (see `routes::partition`).
+    pub partition: Option<String>,
 }
 
 impl Req {
@@ -232,6 +235,7 @@ impl Req {
             body: parking_lot::Mutex::new(Some(body)),
             abandoned: false,
             rewrites: 0,
+            partition: None,
         }
     }
 

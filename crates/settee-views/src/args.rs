@@ -285,8 +285,15 @@ impl ViewArgs {
         kind == ViewKind::Reduce && self.reduce != Some(false)
     }
 
-    /// CouchDB's checks of the arguments for a kind of view.
-    pub fn validate(&self, kind: ViewKind) -> Result<()> {
+    /// CouchDB's checks of the arguments for a kind of view, of a
+    /// partitioned index (which needs a `partition`) or a global one
+    /// (which takes none).
+    pub fn validate(&self, kind: ViewKind, partitioned: bool) -> Result<()> {
+        if partitioned && self.partition.is_none() {
+            return Err(query_parse(
+                "`partition` parameter is mandatory for queries to this view.",
+            ));
+        }
         if self.group == Some(false) && self.group_level.is_some_and(|l| l > 0) {
             return Err(query_parse(
                 "Can't specify group=false and group_level>0 at the same time",
@@ -303,7 +310,7 @@ impl ViewArgs {
         if keyed && (self.start_key.is_some() || self.end_key.is_some()) {
             return Err(query_parse(KEYS_INCOMPATIBLE));
         }
-        if self.partition.is_some() {
+        if !partitioned && self.partition.is_some() {
             return Err(query_parse(
                 "`partition` parameter is not supported in this design doc",
             ));
@@ -374,14 +381,14 @@ mod tests {
     #[test]
     fn checks_by_kind() {
         let a = get(&[("group", "true")]).unwrap();
-        assert!(a.validate(ViewKind::Map).is_err());
-        assert!(a.validate(ViewKind::Reduce).is_ok());
+        assert!(a.validate(ViewKind::Map, false).is_err());
+        assert!(a.validate(ViewKind::Reduce, false).is_ok());
         let a = get(&[("include_docs", "true")]).unwrap();
-        assert!(a.validate(ViewKind::Reduce).is_err());
+        assert!(a.validate(ViewKind::Reduce, false).is_err());
         let a = get(&[("include_docs", "true"), ("reduce", "false")]).unwrap();
-        assert!(a.validate(ViewKind::Reduce).is_ok());
+        assert!(a.validate(ViewKind::Reduce, false).is_ok());
         let a = get(&[("keys", "[1,2]")]).unwrap();
-        assert!(a.validate(ViewKind::Reduce).is_err());
+        assert!(a.validate(ViewKind::Reduce, false).is_err());
         assert_eq!(
             get(&[("group_level", "2")]).unwrap().group_level(),
             Some(Some(2))

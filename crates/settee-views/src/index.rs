@@ -504,15 +504,33 @@ fn query_rows(spec: &IndexSpec, reader: &Reader, ids: &[(String, bool)]) -> Resu
 /// A document's rows: (view number, row key with its DUP, value). Rows
 /// with equal row keys (one document emitting one key twice) are numbered
 /// in the order of their values, as CouchDB sorts them.
+/// In a partitioned index a document without a partition (none can be
+/// written to a partitioned database) has no rows.
 fn rows_of(spec: &IndexSpec, id: &str, views: Vec<ViewRows>) -> Vec<Row> {
     let mut out = Vec::new();
+    let partition = settee_core::name::partition_of(id);
+    if spec.partitioned && partition.is_none() {
+        return out;
+    }
     for (view, rows) in views.into_iter().enumerate() {
         let (Ok(number), Some(def)) = (u16::try_from(view), spec.views.get(view)) else {
             break;
         };
+        let prefix = match partition.filter(|_| spec.partitioned) {
+            Some(p) => layout::partition_prefix(p, def.collation),
+            None => Vec::new(),
+        };
         let mut keyed: Vec<(Vec<u8>, Value, Value)> = rows
             .into_iter()
-            .map(|(key, value)| (encode_row_key(&key, id, def.collation), key, value))
+            .map(|(key, value)| {
+                let rk = encode_row_key(&key, id, def.collation);
+                let rk = if prefix.is_empty() {
+                    rk
+                } else {
+                    [&prefix[..], &rk[..]].concat()
+                };
+                (rk, key, value)
+            })
             .collect();
         keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| collate(&a.2, &b.2)));
         let mut dup = 0u16;

@@ -12,7 +12,10 @@
 //!
 //! `ROWKEY` is `settee_index::keycodec::encode_row_key` of the row's key
 //! and doc id under the index's collation, so one view's rows sort in
-//! CouchDB's view order; `DUP` numbers the rows one document emits with
+//! CouchDB's view order; in a partitioned index it is preceded by the
+//! document's partition encoded as a key ([`partition_prefix`]), so each
+//! partition's rows are one contiguous range, in partition order as
+//! CouchDB's `[partition, key]` rows are; `DUP` numbers the rows one document emits with
 //! equal keys (in emission order), which the row-key encoding alone would
 //! merge. Invariant: a document's back entry lists exactly the row keys
 //! (after the view number) its rows are stored under, and is written in the
@@ -20,7 +23,8 @@
 //! sequence through which every document's rows are current.
 
 use serde::{Deserialize, Serialize};
-use settee_index::keycodec::prefix_successor;
+use serde_json::Value;
+use settee_index::keycodec::{encode_key, prefix_successor, Collation};
 
 use crate::error::{Result, ViewError};
 
@@ -76,6 +80,12 @@ pub fn index_range(sig: &[u8; 16]) -> (Vec<u8>, Vec<u8>) {
     // keys end below the tag past the last.
     let to = prefix_successor(sig).unwrap_or_else(|| [&sig[..], &[TAG_BLOCK + 1]].concat());
     (sig.to_vec(), to)
+}
+
+/// What precedes the row keys of one partition's rows in a partitioned
+/// index: the partition encoded as a string key (self-delimiting).
+pub fn partition_prefix(partition: &str, collation: Collation) -> Vec<u8> {
+    encode_key(&Value::String(partition.to_string()), collation)
 }
 
 /// A row key with its `DUP` number appended.

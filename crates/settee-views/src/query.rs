@@ -12,7 +12,10 @@
 //!   reducing).
 //! - `total_rows` is the view's row count in the index state of the same
 //!   snapshot; `offset` counts the rows before the first one the range
-//!   could return, plus `skip`.
+//!   could return, plus `skip` — in a partitioned index too, as CouchDB
+//!   counts them (over every partition).
+//! - A query of a partitioned index reads only its partition's range of
+//!   rows ([`Query::within`]).
 
 use serde_json::Value;
 use settee_core::rev::Rev;
@@ -75,7 +78,7 @@ pub struct Query<'a> {
 fn ranges(q: &Query<'_>) -> Vec<ByteRange> {
     let collation = q.collation();
     let a = q.args;
-    match &a.keys {
+    let ranges = match &a.keys {
         Some(keys) if a.descending => keys.iter().rev().map(|k| key_range(k, collation)).collect(),
         Some(keys) => keys.iter().map(|k| key_range(k, collation)).collect(),
         None => vec![view_range(
@@ -89,7 +92,8 @@ fn ranges(q: &Query<'_>) -> Vec<ByteRange> {
             },
             collation,
         )],
-    }
+    };
+    ranges.into_iter().map(|r| q.within(r)).collect()
 }
 
 /// CouchDB's check that a key range can hold rows at all.
@@ -129,6 +133,25 @@ impl Query<'_> {
 
     fn prefix(&self) -> Vec<u8> {
         layout::view_prefix(&self.index.spec.signature, self.view)
+    }
+
+    /// A range of row keys as the range of the index's rows: in a
+    /// partitioned index, that range within the query's partition.
+    fn within(&self, r: ByteRange) -> ByteRange {
+        let partition = self.args.partition.as_deref();
+        let Some(p) = partition.filter(|_| self.index.spec.partitioned) else {
+            return r;
+        };
+        let prefix = layout::partition_prefix(p, self.collation());
+        let lower = [&prefix[..], r.lower.as_deref().unwrap_or_default()].concat();
+        let upper = match r.upper {
+            Some(u) => Some([&prefix[..], &u[..]].concat()),
+            None => prefix_successor(&prefix),
+        };
+        ByteRange {
+            lower: Some(lower),
+            upper,
+        }
     }
 
     /// The storage bounds of the view's rows in `[lo, hi)` (row keys after
@@ -412,7 +435,7 @@ impl Query<'_> {
                     let Some(key) = self.first_row(&lo, cur.as_deref(), true)? else {
                         break;
                     };
-                    let g = group_range(&key, level, self.collation());
+                    let g = self.within(group_range(&key, level, self.collation()));
                     let glo = max_bytes(g.lower.unwrap_or_default(), &lo);
                     let ghi = min_bytes(g.upper, cur.as_deref());
                     w.group(
@@ -433,7 +456,7 @@ impl Query<'_> {
                     let Some(key) = self.first_row(&cur, hi.as_deref(), false)? else {
                         break;
                     };
-                    let g = group_range(&key, level, self.collation());
+                    let g = self.within(group_range(&key, level, self.collation()));
                     let glo = max_bytes(g.lower.unwrap_or_default(), &cur);
                     let ghi = min_bytes(g.upper, hi.as_deref());
                     w.group(

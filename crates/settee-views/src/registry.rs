@@ -110,7 +110,7 @@ impl Views {
         push_doc(&mut text, &doc, Extras::default());
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| ViewError::Corrupt(format!("design document: {e}")))?;
-        let spec = Arc::new(IndexSpec::from_ddoc(&value)?);
+        let spec = Arc::new(IndexSpec::from_ddoc_in(&value, db.partitioned())?);
         let mut specs = self.specs.lock();
         if specs.len() >= CACHE_MAX {
             specs.clear();
@@ -206,7 +206,7 @@ impl Views {
             Ok(more.get())
         };
         for args in queries {
-            args.validate(self.kind(&index, view_no))?;
+            args.validate(self.kind(&index, view_no), index.spec.partitioned)?;
             Query {
                 index: &index,
                 view: view_no,
@@ -256,7 +256,7 @@ impl Views {
             .view_number(view)
             .ok_or_else(|| ViewError::NotFound("missing_named_view".into()))?;
         let index = self.index(db, spec);
-        args.validate(self.kind(&index, view_no))?;
+        args.validate(self.kind(&index, view_no), index.spec.partitioned)?;
         Ok((index, view_no))
     }
 

@@ -261,6 +261,10 @@ pub struct IndexSpec {
     pub views: Vec<ViewDef>,
     pub include_design: bool,
     pub local_seq: bool,
+    /// A partitioned index (a design document of a partitioned database
+    /// without `options.partitioned: false`): its rows are kept by
+    /// partition (see `crate::layout`) and queried one partition at a time.
+    pub partitioned: bool,
     pub signature: [u8; 16],
     /// The design document as the JavaScript engine runs it: `_id`,
     /// `language` and `views` only. For a query-language design document,
@@ -272,6 +276,13 @@ impl IndexSpec {
     /// The index of a design document (its JSON, with `_id`). A design
     /// document without views has an index with no views.
     pub fn from_ddoc(ddoc: &Value) -> Result<IndexSpec, ViewError> {
+        IndexSpec::from_ddoc_in(ddoc, false)
+    }
+
+    /// The index of a design document of a database that is partitioned
+    /// (`db_partitioned`) or not: in a partitioned database a design
+    /// document is partitioned unless its `options.partitioned` is false.
+    pub fn from_ddoc_in(ddoc: &Value, db_partitioned: bool) -> Result<IndexSpec, ViewError> {
         let bad = |r: &str| ViewError::InvalidDesignDoc(r.to_string());
         let obj = ddoc
             .as_object()
@@ -376,7 +387,17 @@ impl IndexSpec {
         // Mango never indexes design documents.
         let include_design = flag("include_design") && !query;
         let local_seq = flag("local_seq");
-        let signature = signature(&language, &views, lib.as_ref(), include_design, local_seq);
+        let partitioned = db_partitioned
+            && options
+                .and_then(|o| o.get("partitioned"))
+                .and_then(Value::as_bool)
+                != Some(false);
+        let mut signature = signature(&language, &views, lib.as_ref(), include_design, local_seq);
+        if partitioned {
+            // Another index than the same definition's global one (rows
+            // kept by partition); global signatures stay as they were.
+            signature = xxh3_128(&[&signature[..], b"|partitioned"].concat()).to_be_bytes();
+        }
         let mut js_doc = Map::new();
         js_doc.insert("_id".into(), Value::String(ddoc_id.clone()));
         if !query {
@@ -390,6 +411,7 @@ impl IndexSpec {
             views,
             include_design,
             local_seq,
+            partitioned,
             signature,
             js,
         })

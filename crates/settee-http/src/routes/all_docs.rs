@@ -31,6 +31,9 @@
 //!   built yet walks the smaller side of the key instead and gives up
 //!   (`null`) past `settee_db::reader::OFFSET_SCAN_MAX` documents on each
 //!   side.
+//! - `/db/_partition/P/_all_docs` is `_all_docs` clamped into the ids
+//!   `P:` to `P;` (one scan of that range); `offset` and `total_rows`
+//!   count the whole database and `keys` are not filtered, as CouchDB.
 //! - `_design_docs`' `total_rows` is the number of live design documents
 //!   (one scan of the design range).
 //! - Scans run on the blocking pool and stream (see [`crate::stream`]).
@@ -82,9 +85,23 @@ fn bound(v: &Value) -> Bound {
 /// Parsed options of one query: CouchDB parses `_all_docs`' like a view's.
 type Opts = ViewArgs;
 
-/// CouchDB's checks of a map view's arguments.
+/// CouchDB's checks of a map view's arguments (`partition` comes from
+/// the path, never from the query).
 fn validate(o: &Opts) -> ApiResult<()> {
-    Ok(o.validate(ViewKind::Map)?)
+    Ok(o.validate(ViewKind::Map, false)?)
+}
+
+/// The ids `[lo, hi)` a query's range is clamped into: the design or
+/// local namespace, or the partition of `/db/_partition/P/_all_docs`.
+fn namespace(kind: Kind, o: &Opts) -> Option<(String, String)> {
+    match kind {
+        Kind::Design => Some((DESIGN_LO.into(), DESIGN_HI.into())),
+        Kind::Local => Some((LOCAL_PREFIX.into(), "_local0".into())),
+        Kind::All => o
+            .partition
+            .as_deref()
+            .map(settee_core::name::partition_range),
+    }
 }
 
 /// The start of the range in scan order (`startkey`, else
@@ -173,12 +190,9 @@ fn id_range(o: &Opts, kind: Kind) -> Option<IdRange> {
         Some(Bound::Id(s)) => r.end = Some(s),
         _ => {}
     }
-    let (lo, hi) = match kind {
-        Kind::Design => (DESIGN_LO, DESIGN_HI),
-        Kind::Local => ("_local/", "_local0"),
-        Kind::All => return Some(r),
+    let Some((lo, hi)) = namespace(kind, o) else {
+        return Some(r);
     };
-    let (lo, hi) = (lo.to_string(), hi.to_string());
     if o.descending {
         r.start = Some(r.start.map_or(hi.clone(), |s| s.min(hi)));
         r.end = Some(r.end.map_or(lo.clone(), |e| e.max(lo)));
@@ -212,18 +226,19 @@ fn counts(reader: &Reader, kind: Kind) -> ApiResult<Counts> {
 fn offset(reader: &Reader, kind: Kind, o: &Opts, total: u64) -> ApiResult<Option<u64>> {
     let all = || -> ApiResult<u64> { Ok(reader.state()?.doc_count) };
     let start = start(o);
-    // The start in scan order, clamped into the design range.
-    let start = match kind {
-        Kind::Design => {
-            let edge = if o.descending { DESIGN_HI } else { DESIGN_LO };
+    // The start in scan order, clamped into the design range or the
+    // partition.
+    let start = match namespace(kind, o) {
+        Some((lo, hi)) => {
+            let edge = if o.descending { hi } else { lo };
             match start {
-                Some(Bound::Id(s)) if o.descending && s.as_str() < edge => Some(Bound::Id(s)),
-                Some(Bound::Id(s)) if !o.descending && s.as_str() > edge => Some(Bound::Id(s)),
+                Some(Bound::Id(s)) if o.descending && s < edge => Some(Bound::Id(s)),
+                Some(Bound::Id(s)) if !o.descending && s > edge => Some(Bound::Id(s)),
                 Some(Bound::Low) if o.descending => Some(Bound::Low),
-                _ => Some(Bound::Id(edge.to_string())),
+                _ => Some(Bound::Id(edge)),
             }
         }
-        _ => start,
+        None => start,
     };
     let before = match start {
         None => Some(0),
@@ -405,7 +420,8 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
     super::users_db::listing(req, name)?;
     require_db_reader(req)?;
     let db = app.db(name)?;
-    let opts = request_opts(req).await?;
+    let mut opts = request_opts(req).await?;
+    opts.partition = req.partition.clone();
     let reader = db.reader()?;
     let blobs = db.blobs();
     quick_first_response(move |sink, attempt| {

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use settee_core::att::{self, AttIn, AttKind, AttStub, BlobWrites};
 use settee_core::doc::{Body, Doc};
-use settee_core::name::{validate_doc_id, DocKind};
+use settee_core::name::DocKind;
 use settee_core::rev::Rev;
 use settee_core::revtree::RevTree;
 use settee_db::atts::AttWriter;
@@ -590,8 +590,8 @@ fn write_rev(req: &Req) -> ApiResult<Option<settee_core::rev::Rev>> {
     q.or(h).map(parse_rev).transpose()
 }
 
-fn require_writer(req: &Req, id: &str) -> ApiResult<()> {
-    match validate_doc_id(id)? {
+fn require_writer(req: &Req, db: &Database, id: &str) -> ApiResult<()> {
+    match super::partition::check_write_id(db, id)? {
         DocKind::Design => require_db_admin(req),
         DocKind::Local => Err(ApiError::bad_request(
             "Attachments are not allowed on _local documents",
@@ -666,7 +666,7 @@ async fn put(
     id: String,
     name: String,
 ) -> ApiResult<Response> {
-    require_writer(req, &id)?;
+    require_writer(req, db, &id)?;
     att::validate_name(&name).map_err(ApiError::from)?;
     let rev = write_rev(req)?;
     let content_type = req
@@ -720,7 +720,7 @@ async fn delete(
     id: String,
     name: String,
 ) -> ApiResult<Response> {
-    require_writer(req, &id)?;
+    require_writer(req, db, &id)?;
     let rev = write_rev(req)?;
     let Some(rev) = rev else {
         return Err(ApiError::conflict());
@@ -839,7 +839,7 @@ pub async fn put_multipart(
     db: &Database,
     id: &str,
 ) -> ApiResult<Response> {
-    require_writer(req, id)?;
+    require_writer(req, db, id)?;
     let ct = req.header(header::CONTENT_TYPE).unwrap_or("").to_string();
     let boundary = multipart_boundary(&ct)
         .ok_or_else(|| ApiError::bad_request("multipart/related needs a boundary"))?;

@@ -275,7 +275,7 @@ fn may_name_local(text: &str) -> bool {
 
 /// Parses one document of a `_bulk_docs` body, refusing one larger than
 /// `max_size` (CouchDB's 413, naming the id the body gave, if any).
-fn parse_doc(app: &App, text: &str, max_size: u64) -> ApiResult<Parsed> {
+fn parse_doc(app: &App, text: &str, max_size: u64, partitioned: bool) -> ApiResult<Parsed> {
     let generated = std::cell::Cell::new(false);
     let new_id = || {
         generated.set(true);
@@ -310,7 +310,7 @@ fn parse_doc(app: &App, text: &str, max_size: u64) -> ApiResult<Parsed> {
         return Err(ApiError::doc_too_large(id));
     }
     if doc.id.starts_with("_design/") && !doc.deleted {
-        settee_core::design::validate(&doc.body.to_map())?;
+        settee_core::design::validate(&doc.body.to_map(), partitioned)?;
     }
     if doc.atts.is_some() {
         super::att::check_inline_sizes(&doc, app.config.settings().max_attachment_size)?;
@@ -424,6 +424,8 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             req.settings.max_bulk_docs_count.to_string(),
         ));
     }
+    super::partition::check_bulk_ids(&db, &docs)?;
+    let partitioned = db.partitioned();
     app.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
     // Documents of the users and replicator databases, checked (and
     // rewritten: hashed passwords, owners), each with its verdict.
@@ -478,7 +480,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             let mut out = Vec::with_capacity(chunk);
             while out.len() < chunk {
                 let Some(raw) = raws.next() else { break };
-                match parse_doc(app, raw.get(), max_size) {
+                match parse_doc(app, raw.get(), max_size, partitioned) {
                     Ok(p) => out.extend(place.place(p)),
                     Err(e) => return Some(Err(BulkError::Api(e))),
                 }
@@ -491,7 +493,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         let parsed = docs
             .iter()
             .map(|raw| {
-                let p = parse_doc(app, raw.get(), max_size)?;
+                let p = parse_doc(app, raw.get(), max_size, partitioned)?;
                 let has_rev = match &p {
                     Parsed::Local(_, rev, _) => rev.is_some(),
                     Parsed::Doc(doc) => doc.rev.is_some(),
@@ -596,8 +598,9 @@ struct BulkGetError {
     reason: String,
 }
 
-/// Reads one `_bulk_get` entry as CouchDB does.
-fn bulk_get_ask(item: &Value) -> BulkGetAsk {
+/// Reads one `_bulk_get` entry as CouchDB does (in a partitioned database
+/// an id without a partition is the entry's error).
+fn bulk_get_ask(item: &Value, partitioned: bool) -> BulkGetAsk {
     let bad = |id: Value, rev: Value, error: &str, reason: String| BulkGetAsk {
         id,
         what: Err(BulkGetError {
@@ -623,7 +626,11 @@ fn bulk_get_ask(item: &Value) -> BulkGetAsk {
         );
     };
     let id = match id_value {
-        Value::String(s) => match validate_doc_id(s) {
+        Value::String(s) => match if partitioned {
+            settee_core::name::validate_partitioned_doc_id(s)
+        } else {
+            validate_doc_id(s)
+        } {
             Ok(_) => s.clone(),
             Err(e) => {
                 let e = ApiError::from(e);
@@ -685,7 +692,10 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
             )));
         }
     }
-    let asks: Vec<BulkGetAsk> = items.iter().map(bulk_get_ask).collect();
+    let asks: Vec<BulkGetAsk> = items
+        .iter()
+        .map(|item| bulk_get_ask(item, db.partitioned()))
+        .collect();
     let own = super::users_db::own_doc_only(req, name);
     let view = super::att::att_ask(req)?.view;
     // Per document, `atts_since` names revisions the client has.

@@ -34,7 +34,7 @@ pub fn info_json(info: &DbInfo) -> Value {
         "purge_seq": info.purge_seq.to_string(),
         "update_seq": info.update_seq.to_string(),
         "sizes": {"file": info.sizes.file, "external": info.sizes.external, "active": info.sizes.active},
-        "props": {},
+        "props": if info.partitioned { json!({"partitioned": true}) } else { json!({}) },
         "doc_del_count": info.doc_del_count,
         "doc_count": info.doc_count,
         "disk_format_version": 8,
@@ -46,8 +46,8 @@ pub fn info_json(info: &DbInfo) -> Value {
 
 /// The creation parameters CouchDB checks: `q` (shards; one node, one
 /// shard here, but a bad value is still an error) and `partitioned`
-/// (partitioned databases are not supported yet: refused, not faked).
-fn creation_params(req: &Req) -> ApiResult<()> {
+/// (whether the database is partitioned; never a system database).
+fn creation_params(req: &Req, name: &str) -> ApiResult<bool> {
     if let Some(q) = req.query.get("q") {
         if !q.parse::<u64>().is_ok_and(|n| n > 0) {
             return Err(ApiError::bad_request(
@@ -56,8 +56,11 @@ fn creation_params(req: &Req) -> ApiResult<()> {
         }
     }
     match req.query.get("partitioned") {
-        None | Some("false") => Ok(()),
-        Some("true") => Err(ApiError::bad_request("Partitioned feature is not enabled.")),
+        None | Some("false") => Ok(false),
+        Some("true") if name.starts_with('_') => {
+            Err(ApiError::bad_request("Cannot partition a system database"))
+        }
+        Some("true") => Ok(true),
         Some(_) => Err(ApiError::bad_request("Invalid `partitioned` parameter")),
     }
 }
@@ -83,12 +86,12 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
         Method::PUT => {
             require_admin(&req.user)?;
             settee_core::name::validate_db_name(name)?;
-            creation_params(req)?;
+            let partitioned = creation_params(req, name)?;
             let (engine, n) = (app.engine.clone(), name.to_string());
             let sec = crate::auth::default_security(&req.settings)
                 .as_json()
                 .to_string();
-            tokio::task::spawn_blocking(move || engine.create_db_with_security(&n, Some(&sec)))
+            tokio::task::spawn_blocking(move || engine.create_db_with(&n, Some(&sec), partitioned))
                 .await??;
             let mut resp = ok_json(StatusCode::CREATED);
             if let Some(loc) = location(req, name, None) {

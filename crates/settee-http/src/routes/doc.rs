@@ -224,7 +224,7 @@ pub async fn write_with_atts(
         settee_core::att::BlobWrites,
     )>,
 ) -> ApiResult<Response> {
-    let kind = validate_doc_id(id)?;
+    let kind = super::partition::check_write_id(db, id)?;
     authorize_write(req, kind)?;
     merge_rev(req, &mut map)?;
     let new_edits = req.query.bool("new_edits")?.unwrap_or(true);
@@ -291,7 +291,7 @@ pub(crate) async fn save(
         ));
     }
     if kind == DocKind::Design {
-        design::validate(&doc.body.to_map())?;
+        design::validate(&doc.body.to_map(), db.partitioned())?;
         super::view::check_design(app, &doc).await?;
     }
     let deleted = doc.deleted;
@@ -698,7 +698,7 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         .decode_utf8()
         .map_err(|_| ApiError::bad_request("Destination is not valid UTF-8"))?
         .into_owned();
-    let dest_kind = validate_doc_id(&dest_id)?;
+    let dest_kind = super::partition::check_write_id(db, &dest_id)?;
     match dest_kind {
         DocKind::Design => require_db_admin(req)?,
         _ => require_db_writer(req)?,
@@ -728,7 +728,7 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         };
     }
     if dest_kind == DocKind::Design {
-        design::validate(&body.to_map())?;
+        design::validate(&body.to_map(), db.partitioned())?;
     }
     let rev = dest_rev.map(|r| parse_rev(&r)).transpose()?;
     // The copy names the same stored attachments, their `revpos` kept (as CouchDB).

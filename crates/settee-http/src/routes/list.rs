@@ -91,10 +91,11 @@ pub async fn list(
             buf: text,
         }
     } else {
-        let args = ViewArgs::from_request(
+        let mut args = ViewArgs::from_request(
             pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             posted.as_ref(),
         )?;
+        super::view::in_partition(req, &mut args);
         let (app2, ddoc_id, view_name, db2) = (
             app.clone(),
             format!("_design/{view_ddoc}"),

@@ -14,6 +14,7 @@ pub mod db;
 pub mod doc;
 pub mod list;
 pub mod mango;
+pub mod partition;
 pub mod replicate;
 pub mod rewrite;
 pub mod server;
@@ -114,6 +115,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
+        [db, "_partition", rest @ ..] => partition::handle(app, req, db, rest).await,
         [db, "_find"] => mango::find(app, req, db).await,
         [db, "_explain"] => mango::explain(app, req, db).await,
         [db, "_index"] => mango::index(app, req, db).await,

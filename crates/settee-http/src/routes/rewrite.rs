@@ -317,7 +317,7 @@ async fn by_function(
 }
 
 /// Routes the request again, to `segs` with `query`.
-fn redispatch<'a>(
+pub(crate) fn redispatch<'a>(
     app: &'a App,
     req: &'a mut Req,
     segs: Vec<String>,

@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
-use settee_core::name::{validate_doc_id, DocKind};
+use settee_core::name::DocKind;
 
 use super::doc::{authorize_write, save, Saved};
 use super::show::{doc_for_show, external_response, External};
@@ -114,7 +114,7 @@ pub async fn update(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let kind = validate_doc_id(&id)?;
+    let kind = super::partition::check_write_id(&db, &id)?;
     authorize_write(req, kind)?;
     let rev = if kind == DocKind::Local {
         let (rev, body) = local_parts(map)?;

@@ -43,6 +43,13 @@ fn query_pairs(req: &Req) -> impl Iterator<Item = (&str, &str)> + Clone {
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
+/// A query under `/db/_partition/{p}/` is a query of that partition.
+pub fn in_partition(req: &Req, args: &mut ViewArgs) {
+    if let Some(p) = &req.partition {
+        args.partition = Some(p.clone());
+    }
+}
+
 /// CouchDB's check of a design document being saved (not deleted): its
 /// views' functions compile (400 `compilation_error`), none is empty.
 pub async fn check_design(app: &App, doc: &Doc) -> ApiResult<()> {
@@ -70,7 +77,8 @@ pub async fn query(
     } else {
         None
     };
-    let args = ViewArgs::from_request(query_pairs(req), body.as_ref())?;
+    let mut args = ViewArgs::from_request(query_pairs(req), body.as_ref())?;
+    in_partition(req, &mut args);
     let (app, ddoc_id, view) = (app.clone(), format!("_design/{ddoc}"), view.to_string());
     quick_first_response(move |sink, attempt| {
         Ok(match attempt {
@@ -120,6 +128,7 @@ pub async fn queries(
             };
             let mut a = base.clone();
             a.apply_object(m)?;
+            in_partition(req, &mut a);
             Ok(a)
         })
         .collect::<ApiResult<_>>()?;

@@ -1,0 +1,129 @@
+//! Partitioned databases on the wire: the id rules of writes to one
+//! (`PARTITION:ID`), and `/db/_partition/{p}/…` — the partition's info,
+//! and its `_all_docs`, views, `_find`, `_explain` and design functions.
+//!
+//! Invariants:
+//! - Every write path checks ids with [`check_write_id`] (or
+//!   [`check_bulk_ids`] for a whole `_bulk_docs`), so a partitioned
+//!   database only ever holds design, local and partitioned ids.
+//! - A request under `/_partition/{p}/` is routed anew without that
+//!   prefix, with [`Req::partition`] set: the handlers it reaches confine
+//!   their reads to the partition (the ids `p:` to `p;`, or the
+//!   partition's rows of a partitioned index) and check their permissions
+//!   as for any request. Only the endpoints CouchDB serves under a
+//!   partition are routed (others are 404 `missing`).
+
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+use settee_core::name::{
+    validate_doc_id, validate_partition, validate_partitioned_doc_id, DocKind,
+};
+use settee_db::Database;
+
+use crate::auth::require_db_reader;
+use crate::error::{ApiError, ApiResult};
+use crate::render::json_value;
+use crate::request::Req;
+use crate::state::App;
+
+/// Checks the id of a document written to `db`: CouchDB's id rules and,
+/// in a partitioned database, its partition rules.
+pub fn check_write_id(db: &Database, id: &str) -> ApiResult<DocKind> {
+    Ok(if db.partitioned() {
+        validate_partitioned_doc_id(id)?
+    } else {
+        validate_doc_id(id)?
+    })
+}
+
+/// The `_id` of a document of a `_bulk_docs` body, read without the rest.
+#[derive(Deserialize)]
+struct IdOnly<'a> {
+    #[serde(rename = "_id", borrow, default)]
+    id: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// In a partitioned database, one document of a `_bulk_docs` without a
+/// partitioned id (none at all: a generated one has no partition) fails
+/// the whole request, as in CouchDB. Ids that are not strings, and
+/// bodies that are not objects, are left to the parse that follows.
+pub fn check_bulk_ids(db: &Database, docs: &[&RawValue]) -> ApiResult<()> {
+    if !db.partitioned() {
+        return Ok(());
+    }
+    for raw in docs {
+        match serde_json::from_str::<IdOnly<'_>>(raw.get()) {
+            Ok(IdOnly { id: Some(id) }) => {
+                validate_partitioned_doc_id(&id)?;
+            }
+            Ok(IdOnly { id: None }) => {
+                return Err(settee_core::name::NameError::NotPartitioned.into())
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether CouchDB serves `rest` (after `/db/_partition/{p}`) in a
+/// partition.
+fn served(rest: &[&str]) -> bool {
+    matches!(
+        rest,
+        ["_all_docs" | "_find" | "_explain"]
+            | ["_design", _, "_view", _]
+            | ["_design", _, "_view", _, "queries"]
+            | ["_design", _, "_show" | "_list" | "_update" | "_rewrite", ..]
+    )
+}
+
+/// `/db/_partition[/{p}[/…]]`.
+pub async fn handle(app: &App, req: &mut Req, name: &str, rest: &[&str]) -> ApiResult<Response> {
+    let db = app.db(name)?;
+    let (partition, rest) = match rest {
+        [] | [""] => return Err(ApiError::bad_request("invalid_partition_req")),
+        [p, rest @ ..] => (*p, rest),
+    };
+    if !db.partitioned() {
+        return Err(ApiError::bad_request("database is not partitioned"));
+    }
+    validate_partition(partition)?;
+    if rest.is_empty() {
+        return info(req, &db, partition).await;
+    }
+    if !served(rest) {
+        return Err(ApiError::not_found("missing"));
+    }
+    req.partition = Some(partition.to_string());
+    let segs = std::iter::once(name)
+        .chain(rest.iter().copied())
+        .map(str::to_string)
+        .collect();
+    let query = req.query.pairs().to_vec();
+    super::rewrite::redispatch(app, req, segs, query).await
+}
+
+/// `GET /db/_partition/{p}`: the partition's document counts and sizes
+/// (one scan of its ids).
+async fn info(req: &Req, db: &Database, partition: &str) -> ApiResult<Response> {
+    if req.method != Method::GET {
+        return Err(ApiError::method_not_allowed("GET"));
+    }
+    require_db_reader(req)?;
+    let (lo, hi) = settee_core::name::partition_range(partition);
+    let reader = db.reader()?;
+    let c = tokio::task::spawn_blocking(move || reader.count_range(&lo, &hi)).await??;
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({
+            "db_name": db.name(),
+            "sizes": {"active": c.bytes, "external": c.live_bytes},
+            "partition": partition,
+            "doc_count": c.live,
+            "doc_del_count": c.deleted,
+        }),
+    ))
+}
