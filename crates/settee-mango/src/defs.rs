@@ -41,6 +41,9 @@ pub struct IndexDef {
     pub fields: Vec<(String, Dir)>,
     /// `partial_filter_selector` (None when empty).
     pub partial: Option<Value>,
+    /// A partitioned index (its design document's, in a partitioned
+    /// database): it serves queries of one partition only.
+    pub partitioned: bool,
 }
 
 impl IndexDef {
@@ -51,6 +54,7 @@ impl IndexDef {
             kind: Kind::Special,
             fields: vec![("_id".into(), Dir::Asc)],
             partial: None,
+            partitioned: false,
         }
     }
 
@@ -71,14 +75,15 @@ impl IndexDef {
             }
             Kind::Json => json!({
                 "ddoc": self.ddoc, "name": self.name, "type": "json",
-                "partitioned": false, "def": def
+                "partitioned": self.partitioned, "def": def
             }),
         }
     }
 }
 
-/// The json indexes of one design document (JSON with `_id`).
-pub fn from_ddoc(ddoc: &Value) -> Vec<IndexDef> {
+/// The json indexes of one design document (JSON with `_id`) of a
+/// database that is partitioned (`db_partitioned`) or not.
+pub fn from_ddoc(ddoc: &Value, db_partitioned: bool) -> Vec<IndexDef> {
     let Some(id) = ddoc.get("_id").and_then(Value::as_str) else {
         return Vec::new();
     };
@@ -88,6 +93,11 @@ pub fn from_ddoc(ddoc: &Value) -> Vec<IndexDef> {
     let Some(views) = ddoc.get("views").and_then(Value::as_object) else {
         return Vec::new();
     };
+    let partitioned = db_partitioned
+        && ddoc
+            .pointer("/options/partitioned")
+            .and_then(Value::as_bool)
+            != Some(false);
     let mut out = Vec::new();
     for (name, view) in views {
         let Some(map) = view.get("map").and_then(Value::as_object) else {
@@ -121,6 +131,7 @@ pub fn from_ddoc(ddoc: &Value) -> Vec<IndexDef> {
             kind: Kind::Json,
             fields,
             partial,
+            partitioned,
         });
     }
     out
@@ -131,7 +142,7 @@ pub fn from_ddoc(ddoc: &Value) -> Vec<IndexDef> {
 pub fn list(db: &Database) -> Result<Vec<IndexDef>> {
     let mut out = vec![IndexDef::all_docs()];
     for ddoc in design_docs(db)? {
-        let mut defs = from_ddoc(&ddoc);
+        let mut defs = from_ddoc(&ddoc, db.partitioned());
         defs.sort_by(|a, b| a.name.cmp(&b.name));
         out.extend(defs);
     }
@@ -209,6 +220,8 @@ pub struct NewIndex {
     /// Whether `partial_filter_selector` was given (it is then kept in
     /// `options.def` as given).
     pub partial_given: bool,
+    /// `partitioned` as given (None: the database's kind).
+    pub partitioned: Option<bool>,
 }
 
 /// The members a `POST /db/_index` body may have.
@@ -295,26 +308,20 @@ impl NewIndex {
         };
         let ddoc = string("ddoc")?;
         let name = string("name")?;
-        // Partitioned databases do not exist yet: a partitioned index has
-        // no database to live in (CouchDB fails these with a 500).
-        match body.get("partitioned") {
-            None | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => {
-                return Err(MangoError::invalid(
-                    "invalid_design_doc",
-                    "Partitioned indexes need a partitioned database.",
-                ))
-            }
+        let partitioned = match body.get("partitioned") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            // CouchDB's own failure (500, its option parser's term).
             Some(other) => {
-                return Err(MangoError::invalid(
-                    "bad_request",
-                    format!(
-                        "`partitioned` must be a boolean, not: {}",
+                return Err(MangoError::Server {
+                    error: "unknown_error",
+                    reason: format!(
+                        "Unknown Error: mango_opts :: {{invalid_partitioned_value,{}}}",
                         term(other, Style::Bytes)
                     ),
-                ))
+                })
             }
-        }
+        };
         let digest = {
             let mut h = Sha1::new();
             h.update(
@@ -334,6 +341,7 @@ impl NewIndex {
             fields,
             partial,
             partial_given,
+            partitioned,
         })
     }
 
@@ -362,9 +370,21 @@ impl NewIndex {
     /// index is there already.
     pub fn create(&self, db: &Database) -> Result<bool> {
         let view = self.view();
+        if self.partitioned == Some(true) && !db.partitioned() {
+            // CouchDB's answer: its design document validation refuses
+            // the option, and the index API reports that as a 500.
+            return Err(MangoError::Server {
+                error: "error_saving_ddoc",
+                reason: "Unknown error while saving the design document: invalid_design_doc".into(),
+            });
+        }
         let doc = match read(db, &self.ddoc)? {
             None => {
-                json!({"_id": self.ddoc, "language": "query", "views": {self.name.as_str(): view}})
+                let mut doc = json!({"_id": self.ddoc, "language": "query", "views": {self.name.as_str(): view}});
+                if self.partitioned == Some(false) && db.partitioned() {
+                    doc["options"] = json!({"partitioned": false});
+                }
+                doc
             }
             Some(mut doc) => {
                 let lang = doc.get("language").cloned();
@@ -404,7 +424,7 @@ pub fn delete(db: &Database, ddoc: &str, name: &str) -> Result<()> {
     };
     let missing = || MangoError::NotFound("missing".into());
     let mut doc = read(db, &ddoc)?.ok_or_else(missing)?;
-    if !from_ddoc(&doc).iter().any(|d| d.name == name) {
+    if !from_ddoc(&doc, false).iter().any(|d| d.name == name) {
         return Err(missing());
     }
     let views = doc
@@ -424,7 +444,7 @@ pub fn bulk_delete(db: &Database, ids: &[String]) -> Result<(Vec<String>, Vec<St
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     for id in ids {
         match read(db, id)? {
-            Some(mut doc) if !from_ddoc(&doc).is_empty() => {
+            Some(mut doc) if !from_ddoc(&doc, false).is_empty() => {
                 doc["_deleted"] = Value::Bool(true);
                 match write(db, doc) {
                     Ok(()) => ok.push(id.clone()),

@@ -24,7 +24,12 @@ fn show_key(v: &Value) -> Value {
 
 /// The explanation of a query no index can sort: no index, every index a
 /// candidate that cannot serve it.
-pub fn describe_unsortable(dbname: &str, req: &FindRequest, candidates: &[Candidate]) -> Value {
+pub fn describe_unsortable(
+    dbname: &str,
+    partitioned: bool,
+    req: &FindRequest,
+    candidates: &[Candidate],
+) -> Value {
     let mut sort = Map::new();
     for (f, d) in &req.sort {
         sort.insert(f.clone(), Value::String(d.as_str().into()));
@@ -32,7 +37,7 @@ pub fn describe_unsortable(dbname: &str, req: &FindRequest, candidates: &[Candid
     json!({
         "dbname": dbname,
         "index": null,
-        "partitioned": false,
+        "partitioned": partitioned,
         "selector": normalize(&req.selector_json),
         "opts": opts(req, sort),
         "limit": req.limit,
@@ -95,7 +100,7 @@ fn opts(req: &FindRequest, sort: Map<String, Value>) -> Value {
         "skip": req.skip,
         "sort": sort,
         "fields": fields(req),
-        "partition": "",
+        "partition": req.partition.clone().unwrap_or_default(),
         "r": req.r,
         "conflicts": req.conflicts,
         "stale": req.given.2,
@@ -106,7 +111,9 @@ fn opts(req: &FindRequest, sort: Map<String, Value>) -> Value {
     })
 }
 
-pub fn describe(dbname: &str, req: &FindRequest, plan: &Plan) -> Value {
+/// The explanation of a planned query in a database (`partitioned`: a
+/// partitioned one).
+pub fn describe(dbname: &str, partitioned: bool, req: &FindRequest, plan: &Plan) -> Value {
     let fields: Vec<Value> = req
         .fields
         .iter()
@@ -137,7 +144,7 @@ pub fn describe(dbname: &str, req: &FindRequest, plan: &Plan) -> Value {
     let mut out = json!({
         "dbname": dbname,
         "index": plan.index.to_json(),
-        "partitioned": false,
+        "partitioned": partitioned,
         "selector": plan.norm,
         "opts": opts(req, sort),
         "limit": req.limit,
@@ -147,7 +154,7 @@ pub fn describe(dbname: &str, req: &FindRequest, plan: &Plan) -> Value {
             "include_docs": req.r == 1 && !plan.covering,
             "view_type": "map",
             "reduce": false,
-            "partition": null,
+            "partition": req.partition,
             "start_key": start,
             "end_key": end,
             "direction": if plan.descending { "rev" } else { "fwd" },

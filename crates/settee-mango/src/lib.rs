@@ -28,26 +28,67 @@ use settee_views::registry::Views;
 use crate::error::Result;
 use crate::request::FindRequest;
 
-/// `POST /db/_find`. Blocking.
-pub fn find(views: &Views, db: &Database, body: &Map<String, Value>) -> Result<Value> {
-    let req = FindRequest::parse(body)?;
+/// `POST /db/_find` (`partition`: of `/db/_partition/P/_find`). Blocking.
+pub fn find(
+    views: &Views,
+    db: &Database,
+    body: &Map<String, Value>,
+    partition: Option<&str>,
+) -> Result<Value> {
+    let req = parse_in(db, body, partition)?;
     let defs = defs::list(db)?;
     let plan = plan::choose(&defs, &req)?;
     let found = find::run(views, db, &req, &plan)?;
     Ok(find::answer(&req, &plan, found))
 }
 
-/// `POST /db/_explain`. Blocking.
-pub fn explain(db: &Database, body: &Map<String, Value>) -> Result<Value> {
-    let req = FindRequest::parse(body)?;
+/// `POST /db/_explain` (`partition`: of `/db/_partition/P/_explain`).
+/// Blocking.
+pub fn explain(db: &Database, body: &Map<String, Value>, partition: Option<&str>) -> Result<Value> {
+    let req = parse_in(db, body, partition)?;
     let defs = defs::list(db)?;
     match plan::choose(&defs, &req) {
-        Ok(plan) => Ok(explain::describe(db.name(), &req, &plan)),
+        Ok(plan) => Ok(explain::describe(db.name(), db.partitioned(), &req, &plan)),
         Err(error::MangoError::NoUsableIndex(_)) => Ok(explain::describe_unsortable(
             db.name(),
+            db.partitioned(),
             &req,
             &plan::unusable_for_sort(&defs),
         )),
         Err(e) => Err(e),
     }
+}
+
+/// A request's body read in its database and partition: the path's
+/// partition, else the body's `partition` (only a partitioned database
+/// has partitions); a body naming another partition than the path is
+/// CouchDB's 500 `bad_partition`.
+fn parse_in(
+    db: &Database,
+    body: &Map<String, Value>,
+    partition: Option<&str>,
+) -> Result<FindRequest> {
+    let mut req = FindRequest::parse(body)?;
+    if let (Some(p), Some(b)) = (partition, req.partition.as_deref()) {
+        if p != b {
+            return Err(error::MangoError::Server {
+                error: "unknown_error",
+                reason: format!(
+                    "Unknown Error: mango_httpd :: {{bad_partition,{}}}",
+                    erl::term(&Value::String(b.to_string()), erl::Style::Bytes)
+                ),
+            });
+        }
+    }
+    if let Some(p) = partition {
+        req.partition = Some(p.to_string());
+    }
+    if !db.partitioned() {
+        req.partition = None;
+    }
+    if let Some(p) = &req.partition {
+        settee_core::name::validate_partition(p)
+            .map_err(|e| error::MangoError::invalid("illegal_partition", e.to_string()))?;
+    }
+    Ok(req)
 }

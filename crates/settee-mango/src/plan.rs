@@ -110,6 +110,11 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         })
     };
     let usable_reason = |d: &IndexDef| -> Option<&'static str> {
+        // A partition's query reads partitioned indexes; a global one,
+        // global indexes.
+        if d.kind == Kind::Json && d.partitioned != req.partition.is_some() {
+            return Some("scope_mismatch");
+        }
         match d.kind {
             Kind::Special => {
                 let ok =
@@ -190,9 +195,14 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
                 chosen = Some(a);
             }
             _ => {
-                return Err(MangoError::NoUsableIndex(
-                    "No index exists for this sort, try indexing by the sort fields.".into(),
-                ))
+                return Err(MangoError::NoUsableIndex(format!(
+                    "No {}index exists for this sort, try indexing by the sort fields.",
+                    if req.partition.is_some() {
+                        "partitioned "
+                    } else {
+                        ""
+                    }
+                )))
             }
         }
     }

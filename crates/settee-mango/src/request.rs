@@ -121,6 +121,10 @@ pub struct FindRequest {
     /// `update`, `stable` and `stale` as given (before `stale` overrode
     /// them), for `_explain`'s `opts`.
     pub given: (bool, bool, Value),
+    /// The partition queried (`/db/_partition/P/_find`, or the body's
+    /// `partition` in a partitioned database): only partitioned indexes
+    /// and the partition's ids are read.
+    pub partition: Option<String>,
 }
 
 impl FindRequest {
@@ -251,6 +255,11 @@ impl FindRequest {
             execution_stats,
             allow_fallback,
             given,
+            partition: body
+                .get("partition")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+                .map(str::to_string),
         })
     }
 }

@@ -44,8 +44,16 @@ pub async fn find(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
             );
         }
     }
-    let app = app.clone();
-    let v = blocking(move || Ok(settee_mango::find(&app.views, &db, &body)?)).await?;
+    let (app, partition) = (app.clone(), req.partition.clone());
+    let v = blocking(move || {
+        Ok(settee_mango::find(
+            &app.views,
+            &db,
+            &body,
+            partition.as_deref(),
+        )?)
+    })
+    .await?;
     Ok(ok(&v))
 }
 
@@ -55,7 +63,8 @@ pub async fn explain(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> 
     require_db_reader(req)?;
     let db = app.db(db)?;
     let body = req.json_object().await?;
-    let v = blocking(move || Ok(settee_mango::explain(&db, &body)?)).await?;
+    let partition = req.partition.clone();
+    let v = blocking(move || Ok(settee_mango::explain(&db, &body, partition.as_deref())?)).await?;
     Ok(ok(&v))
 }
 
