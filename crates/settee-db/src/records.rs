@@ -328,6 +328,27 @@ mod tests {
     }
 
     #[test]
+    fn catalog_entries_of_the_first_layout_still_decode() {
+        #[derive(Serialize)]
+        struct V1(u64, u64);
+        let old = DbMeta::decode(&encode(&V1(7, 99))).unwrap();
+        assert_eq!(
+            old,
+            DbMeta {
+                id: 7,
+                created_us: 99,
+                partitioned: false
+            }
+        );
+        let new = DbMeta {
+            id: 8,
+            created_us: 5,
+            partitioned: true,
+        };
+        assert_eq!(DbMeta::decode(&encode(&new)).unwrap(), new);
+    }
+
+    #[test]
     fn record_heads_decode_without_the_bodies() {
         let mut tree = RevTree::with_root(Rev::new(1, "a"), false, true);
         tree.add(Some(&Rev::new(1, "a")), Rev::new(2, "b"), true, true)

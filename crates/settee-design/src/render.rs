@@ -91,18 +91,17 @@ impl Design {
             .map_err(DesignError::Render)
     }
 
-    /// Runs `lists.NAME(head, req)` over `rows` (JSON texts).
-    pub async fn list(
+    /// Runs `lists.NAME(head, req)`, streamed through `io` (see
+    /// `JsEngine::list_async`).
+    pub fn list(
         &self,
         ddoc: &DesignDoc,
         name: &str,
         head: String,
-        rows: String,
         req: &Value,
-    ) -> Result<Value, DesignError> {
-        self.js
-            .list_async(ddoc, name, head, rows, req)
-            .await
-            .map_err(DesignError::Render)
+        io: settee_js::ListIo,
+    ) -> impl std::future::Future<Output = Result<Value, DesignError>> + Send + 'static {
+        let call = self.js.list_async(ddoc, name, head, req, io);
+        async move { call.await.map_err(DesignError::Render) }
     }
 }

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::input::{batch, utf16_len, JsonDoc};
 use crate::pool::Pool;
-use crate::runtime::CallOutput;
+use crate::runtime::{CallOutput, ListIo};
 use crate::{DesignDoc, JsConfig, JsError, JsStats, ValidateError};
 
 /// The rows one map function emitted for one document: `(key, value)` pairs.
@@ -338,29 +338,36 @@ impl JsEngine {
         }
     }
 
-    /// Runs `lists.NAME(head, req)` over `rows` (a JSON array of view
-    /// rows): `{code, headers, body, contentType}` — the status and
-    /// headers `start()` set, the text sent and returned, the type
-    /// `provides()` chose.
+    /// Runs `lists.NAME(head, req)`, streamed: `getRow()` takes each row
+    /// from `io.next_row` as the function asks for it, and the output goes
+    /// out through `io.emit` as CouchDB's query server sends it — a
+    /// `start` event (`{code, headers, contentType}`) at the first
+    /// `getRow()`, then a `chunk` of what was sent before each later
+    /// `getRow()`. Answers `{code, headers, body, contentType, committed}`:
+    /// the rest of the output (all of it when nothing was committed); a
+    /// throw after the start is appended to it as CouchDB's error line.
     pub fn list_async(
         &self,
         ddoc: &DesignDoc,
         name: &str,
         head: String,
-        rows: String,
         req: &Value,
+        io: ListIo,
     ) -> impl Future<Output = Result<Value, JsError>> + Send + 'static {
         let args = (
             name.to_string(),
             head,
-            rows,
             serde_json::to_string(req).expect("values serialise"),
         );
-        let call = self.render_call(ddoc, "list", args);
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let job = self.pool.run(move |w| w.call_list(&ddoc, args, io));
         async move {
-            match call.await? {
-                (v @ Value::Object(_), _) => Ok(v),
-                (_, body) => Err(malformed("list", &body)),
+            let out = job.await?;
+            log_lines(&id, &out);
+            match serde_json::from_str::<Value>(&out.body) {
+                Ok(v @ Value::Object(_)) => Ok(v),
+                _ => Err(malformed("list", &out.body)),
             }
         }
     }

@@ -42,6 +42,7 @@ pub use ddoc::DesignDoc;
 pub use engine::{JsEngine, MapOutput, ViewRows};
 pub use error::{JsError, ValidateError};
 pub use input::JsonDoc;
+pub use runtime::ListIo;
 pub use stats::JsStats;
 
 pub(crate) use pool::block_on as pool_block_on;

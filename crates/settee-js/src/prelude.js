@@ -719,27 +719,44 @@
       }
     },
 
-    // lists.NAME(head, req) over `rows`: getRow() hands them out one by one;
-    // the first getRow() commits the response's status and headers (as
-    // CouchDB sends them then), so a later throw is appended to the body.
-    // The body is the JSON of {code, headers, body, committed, error}.
-    list: function (name, headJson, rowsJson, reqJson) {
+    // lists.NAME(head, req), streamed: getRow() takes each row from
+    // nextRow() (JSON text, null at the end) as the function asks. The
+    // first getRow() commits the response: emit("start", {code, headers,
+    // contentType}); each later one first emits what send() collected
+    // (emit("chunk", text)), as CouchDB's query server flushes on getRow.
+    // A false from emit (nobody reads) ends the rows. The body is the JSON
+    // of {code, headers, body, contentType, committed}: the output not yet
+    // emitted; a throw after the start is appended to it as CouchDB's
+    // {"code":500,…} line.
+    list: function (name, headJson, reqJson, nextRow, emit) {
       var f = listFun(name);
       var head = parse(headJson);
-      var rows = parse(rowsJson);
       var req = parse(reqJson);
-      var next = 0;
       var committed = false;
+      var open = true;
+      var contentType = null;
+      function flush() {
+        if (chunks.length > 0) {
+          var text = chunks.join("");
+          chunks = [];
+          if (open && !emit("chunk", text)) open = false;
+        }
+      }
       resetRender();
       global.getRow = function () {
-        committed = true;
         tick();
-        if (next >= rows.length) return null;
-        var row = rows[next];
-        rows[next++] = undefined;
-        return row;
+        if (!committed) {
+          committed = true;
+          var resp = startResp || {};
+          open = emit("start", stringify({code: resp.code, headers: resp.headers || {},
+            contentType: contentType}));
+        }
+        flush();
+        if (!open) return null;
+        var row = nextRow();
+        tick();
+        return row === null || row === undefined ? null : parse(row);
       };
-      var contentType = null;
       try {
         var tail = apply(f, ddoc, [head, req]);
         if (providers.length > 0) {
@@ -750,14 +767,14 @@
         if (tail !== undefined && tail !== null) send(tail);
         var resp = startResp || {};
         return header() + "\n" + stringify({code: resp.code, headers: resp.headers || {},
-          body: chunks.join(""), contentType: contentType});
+          body: chunks.join(""), contentType: contentType, committed: committed});
       } catch (err) {
         var e = renderError(err);
         if (!committed || !isArray(e)) throw e;
         var partial = startResp || {};
         return header() + "\n" + stringify({code: partial.code, headers: partial.headers || {},
           body: chunks.join("") + "\n" + stringify({code: 500, error: e[1], reason: e[2]}) + "\n",
-          contentType: contentType});
+          contentType: contentType, committed: true});
       } finally {
         global.getRow = function () { return null; };
         resetRender();

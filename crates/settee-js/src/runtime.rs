@@ -25,12 +25,14 @@
 //! - Drop order: the contexts (and the persistent driver handles in them)
 //!   are dropped before the runtime (field order of [`JsState`]).
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rquickjs::function::IntoArgs;
-use rquickjs::{Context, Ctx, Function, Object, Persistent, Runtime, Value};
+use rquickjs::{Context, Ctx, Exception, Function, Object, Persistent, Runtime, Value};
 
 use crate::stats::Stats;
 use crate::{DesignDoc, JsConfig, JsError};
@@ -41,6 +43,24 @@ const PRELUDE: &str = include_str!("prelude.js");
 /// QuickJS's own stack bound for one call (nested JavaScript calls, JSON
 /// nesting). Worker threads get a larger native stack (`pool.rs`).
 pub(crate) const JS_STACK_BYTES: usize = 1 << 20;
+
+/// Where a streamed list call reads rows and writes output, on the
+/// worker thread while the call runs (both may block: they are bounded by
+/// their owner, who gives up after a timeout).
+pub struct ListIo {
+    /// The next row's JSON; `Ok(None)` when there are no more; `Err`: the
+    /// rows failed (the message is thrown into the function).
+    pub next_row: NextRow,
+    /// An output event: `start` (JSON `{code, headers, contentType}`) or
+    /// `chunk` (text); false once nobody reads them any more.
+    pub emit: Emit,
+}
+
+/// [`ListIo::next_row`].
+pub type NextRow = Box<dyn FnMut() -> Result<Option<String>, String> + Send>;
+
+/// [`ListIo::emit`].
+pub type Emit = Box<dyn FnMut(&str, String) -> bool + Send>;
 
 /// What a call returned: the body, and what the functions logged.
 #[derive(Debug, Default)]
@@ -208,8 +228,54 @@ impl Worker {
     where
         A: for<'js> IntoArgs<'js>,
     {
+        self.call_with(ddoc, method, move |_, f| f.call(args))
+    }
+
+    /// Calls `driver.list(name, head, req, nextRow, emit)`: a list function
+    /// fed its rows by `io.next_row` and writing its output through
+    /// `io.emit` while it runs (see [`ListIo`]). `io` is dropped when the
+    /// call returns, whatever JavaScript still holds.
+    pub(crate) fn call_list(
+        &mut self,
+        ddoc: &DesignDoc,
+        args: (String, String, String),
+        io: ListIo,
+    ) -> Result<CallOutput, JsError> {
+        let io = Rc::new(RefCell::new(Some(io)));
+        let (rows, out) = (Rc::clone(&io), Rc::clone(&io));
+        let result = self.call_with(ddoc, "list", move |ctx, f| {
+            let next_row = Function::new(
+                ctx.clone(),
+                move |ctx: Ctx<'_>| -> rquickjs::Result<Option<String>> {
+                    let mut io = rows.borrow_mut();
+                    let Some(io) = io.as_mut() else {
+                        return Ok(None);
+                    };
+                    (io.next_row)().map_err(|m| Exception::throw_internal(&ctx, &m))
+                },
+            )?;
+            let emit = Function::new(ctx.clone(), move |kind: String, text: String| -> bool {
+                out.borrow_mut()
+                    .as_mut()
+                    .is_some_and(|io| (io.emit)(&kind, text))
+            })?;
+            f.call((args.0, args.1, args.2, next_row, emit))
+        });
+        io.borrow_mut().take();
+        result
+    }
+
+    fn call_with<F>(
+        &mut self,
+        ddoc: &DesignDoc,
+        method: &str,
+        invoke: F,
+    ) -> Result<CallOutput, JsError>
+    where
+        F: for<'js> FnOnce(&Ctx<'js>, Function<'js>) -> rquickjs::Result<String>,
+    {
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.call_inner(ddoc, method, args);
+        let result = self.call_inner(ddoc, method, invoke);
         match result {
             Ok(out) => Ok(out),
             Err(Failure::Error(e)) => Err(e),
@@ -222,14 +288,14 @@ impl Worker {
         }
     }
 
-    fn call_inner<A>(
+    fn call_inner<F>(
         &mut self,
         ddoc: &DesignDoc,
         method: &str,
-        args: A,
+        invoke: F,
     ) -> Result<CallOutput, Failure>
     where
-        A: for<'js> IntoArgs<'js>,
+        F: for<'js> FnOnce(&Ctx<'js>, Function<'js>) -> rquickjs::Result<String>,
     {
         let config = Arc::clone(&self.config);
         let stats = Arc::clone(&self.stats);
@@ -250,7 +316,7 @@ impl Worker {
                 .get(method)
                 .map_err(|e| Failure::Fatal(internal(e)))?;
             clock.arm();
-            let called: rquickjs::Result<String> = function.call(args);
+            let called: rquickjs::Result<String> = invoke(&ctx, function);
             clock.disarm();
             let fired = clock.fired.swap(false, Ordering::Relaxed);
             match called {

@@ -934,3 +934,112 @@ fn a_looping_show_is_stopped_and_the_server_goes_on() {
     );
     assert_eq!(again.status, 304, "{again:?}");
 }
+
+/// Reads a raw HTTP/1.1 response with a chunked body: its head and its
+/// chunks, each as sent.
+fn raw_chunks(port: u16, request: &str) -> (String, Vec<String>) {
+    use std::io::Write;
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut r = BufReader::new(conn);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let mut chunks = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        let mut data = vec![0u8; n + 2];
+        r.read_exact(&mut data).unwrap();
+        if n == 0 {
+            break;
+        }
+        chunks.push(String::from_utf8_lossy(&data[..n]).into_owned());
+    }
+    (head, chunks)
+}
+
+/// List functions stream both ways: rows reach `getRow()` through a
+/// bounded queue (5,000 rows, many times its size, all in order), and
+/// output leaves at each `getRow()` as a chunk of its own — so a list that
+/// loops after sending has already sent that chunk when the time bound
+/// stops it, and its body ends with CouchDB's error line. A client that
+/// leaves half-way frees the function's worker: lists go on being served.
+#[test]
+fn lists_stream_rows_in_and_chunks_out() {
+    let s = shared();
+    s.create_db("liststream");
+    let docs: Vec<Value> = (0..5000)
+        .map(|n| json!({"_id": format!("d{n:05}"), "n": n}))
+        .collect();
+    let r = s.admin(
+        "POST",
+        "/liststream/_bulk_docs",
+        Some(&json!({ "docs": docs }).to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    put_ddoc(
+        s,
+        "liststream",
+        "d",
+        json!({
+            "views": {"v": {"map": "function(doc){ emit(doc.n, null); }"}},
+            "lists": {
+                "count": "function(head, req){ var r, n = 0, inOrder = true; while (r = getRow()) { if (r.key !== n) inOrder = false; n++; if (n % 1000 === 0) send(n + ' '); } return JSON.stringify({total: head.total_rows, n: n, inOrder: inOrder}); }",
+                "spin": "function(head, req){ start({headers: {'Content-Type': 'text/plain'}}); send('first'); getRow(); send('second'); getRow(); while (true) {} }",
+                "each": "function(head, req){ var r; while (r = getRow()) send(r.id + '\\n'); }"
+            }
+        }),
+    );
+    let r = s.admin("GET", "/liststream/_design/d/_list/count/v", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.body,
+        "1000 2000 3000 4000 5000 {\"total\":5000,\"n\":5000,\"inOrder\":true}"
+    );
+    let auth = format!(
+        "Basic {}",
+        common::base64_lite::encode(format!("{}:{}", common::ADMIN.0, common::ADMIN.1).as_bytes())
+    );
+    let request = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let (head, chunks) = raw_chunks(s.port, &request("/liststream/_design/d/_list/spin/v"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    assert_eq!(&chunks[..2], ["first", "second"], "{chunks:?}");
+    let rest = chunks[2..].concat();
+    let line: Value = serde_json::from_str(rest.trim()).unwrap();
+    assert_eq!(line["code"], 500, "{rest}");
+    assert_eq!(line["error"], "os_process_error", "{rest}");
+    // Clients that leave after the first bytes: the functions end, their
+    // workers serve the next lists.
+    for _ in 0..4 {
+        use std::io::Write;
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        conn.write_all(request("/liststream/_design/d/_list/each/v").as_bytes())
+            .unwrap();
+        let mut first = [0u8; 512];
+        let _ = conn.read(&mut first).unwrap();
+    }
+    for _ in 0..8 {
+        let r = s.admin("GET", "/liststream/_design/d/_list/each/v?limit=3", None);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body, "d00000\nd00001\nd00002\n");
+    }
+}
