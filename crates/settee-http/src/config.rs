@@ -59,6 +59,9 @@ pub struct Settings {
     /// `[couchdb] delayed_commits`: default durability is delayed, not full.
     pub delayed_commits: bool,
     pub max_document_size: u64,
+    /// `[couchdb] max_partition_size`: bytes past which a partition takes
+    /// no more writes (0 or unset: no limit).
+    pub max_partition_size: u64,
     pub max_http_request_size: u64,
     pub max_bulk_docs_count: u64,
     pub max_bulk_get_count: u64,
@@ -147,6 +150,7 @@ impl Settings {
         Settings {
             delayed_commits: boolean("couchdb", "delayed_commits", false),
             max_document_size: number("couchdb", "max_document_size", DEFAULT_MAX_DOCUMENT_SIZE),
+            max_partition_size: number("couchdb", "max_partition_size", 0),
             max_http_request_size: number(
                 "chttpd",
                 "max_http_request_size",

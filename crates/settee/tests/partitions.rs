@@ -237,3 +237,60 @@ fn a_partitioned_database_stays_partitioned_across_restarts() {
     assert_eq!((r.status, r.error()), (400, "illegal_docid".to_string()));
     s.stop();
 }
+
+/// `[couchdb] max_partition_size`: a partition whose documents take more
+/// bytes than the limit takes no more writes (403 `partition_overflow`,
+/// per document in `_bulk_docs`), other partitions and deletions do, as
+/// in CouchDB.
+#[test]
+fn a_full_partition_refuses_writes() {
+    let s = Server::start();
+    let r = s.admin(
+        "PUT",
+        "/_node/_local/_config/couchdb/max_partition_size",
+        Some("\"2500\""),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.admin("PUT", "/pf?partitioned=true", None).status, 201);
+    let body = json!({ "x": "y".repeat(1000) }).to_string();
+    for n in 1..=3 {
+        let r = s.admin("PUT", &format!("/pf/a:{n}"), Some(&body));
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    let r = s.admin("PUT", "/pf/a:4", Some(&body));
+    assert_eq!(
+        (r.status, r.error()),
+        (403, "partition_overflow".to_string())
+    );
+    assert_eq!(
+        r.json()["reason"],
+        "Partition limit exceeded due to update on 'a:4'"
+    );
+    let r = s.admin(
+        "POST",
+        "/pf/_bulk_docs",
+        Some(r#"{"docs":[{"_id":"a:9","x":1},{"_id":"b:1","x":1}]}"#),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let v = r.json();
+    assert_eq!(v[0]["error"], "partition_overflow", "{v}");
+    assert_eq!(v[1]["ok"], true, "{v}");
+    // A deletion passes, and makes room.
+    let rev = ok(s.admin("GET", "/pf/a:1", None))["_rev"].clone();
+    let r = s.admin(
+        "DELETE",
+        &format!("/pf/a:1?rev={}", rev.as_str().unwrap()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = s.admin("PUT", "/pf/a:5", Some(r#"{"small":true}"#));
+    assert_eq!(r.status, 201, "{r:?}");
+    // Without the limit, the partition takes writes again.
+    let r = s.admin(
+        "DELETE",
+        "/_node/_local/_config/couchdb/max_partition_size",
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.admin("PUT", "/pf/a:6", Some(&body)).status, 201);
+}

@@ -3,6 +3,11 @@
 //! and its `_all_docs`, views, `_find`, `_explain` and design functions.
 //!
 //! Invariants:
+//! - With `[couchdb] max_partition_size` set, a write to a partition whose
+//!   documents already take more bytes than that is refused (403
+//!   `partition_overflow`, per document in `_bulk_docs`); deletions
+//!   always pass, as in CouchDB. The size is one scan of the partition's
+//!   ids per partition written (see [`size_verdicts`]).
 //! - Every write path checks ids with [`check_write_id`] (or
 //!   [`check_bulk_ids`] for a whole `_bulk_docs`), so a partitioned
 //!   database only ever holds design, local and partitioned ids.
@@ -78,6 +83,54 @@ fn served(rest: &[&str]) -> bool {
             | ["_design", _, "_view", _, "queries"]
             | ["_design", _, "_show" | "_list" | "_update" | "_rewrite", ..]
     )
+}
+
+/// CouchDB's refusal of a write to a full partition.
+fn overflow(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "partition_overflow",
+        format!("Partition limit exceeded due to update on '{id}'"),
+    )
+}
+
+/// Whether each of `docs` (`(id, deleted)`) may be written under a limit
+/// of `limit` bytes per partition (0: none): each partition written is
+/// measured once, before the write.
+pub async fn size_verdicts(
+    db: &Database,
+    docs: Vec<(String, bool)>,
+    limit: u64,
+) -> ApiResult<Vec<ApiResult<()>>> {
+    if limit == 0 || !db.partitioned() {
+        return Ok(docs.iter().map(|_| Ok(())).collect());
+    }
+    let reader = db.reader()?;
+    tokio::task::spawn_blocking(move || {
+        let mut sizes: std::collections::HashMap<String, u64> = Default::default();
+        docs.iter()
+            .map(|(id, deleted)| {
+                let Some(p) = settee_core::name::partition_of(id).filter(|_| !deleted) else {
+                    return Ok(Ok(()));
+                };
+                let size = match sizes.get(p) {
+                    Some(s) => *s,
+                    None => {
+                        let (lo, hi) = settee_core::name::partition_range(p);
+                        let s = reader.count_range(&lo, &hi)?.live_bytes;
+                        sizes.insert(p.to_string(), s);
+                        s
+                    }
+                };
+                Ok(if size > limit {
+                    Err(overflow(id))
+                } else {
+                    Ok(())
+                })
+            })
+            .collect::<ApiResult<Vec<_>>>()
+    })
+    .await?
 }
 
 /// `/db/_partition[/{p}[/…]]`.
