@@ -235,6 +235,19 @@ fn a_partitioned_database_stays_partitioned_across_restarts() {
     assert_eq!((r.status, r.error()), (400, "illegal_docid".to_string()));
     let r = s.admin("POST", "/pr", Some(r#"{"n":2}"#));
     assert_eq!((r.status, r.error()), (400, "illegal_docid".to_string()));
+    // A partition named by a query parameter is checked as one in a path.
+    ok(s.admin(
+        "PUT",
+        "/pr/_design/d",
+        Some(r#"{"views":{"v":{"map":"function(doc){ emit(doc.n, null); }"}}}"#),
+    ));
+    let r = s.admin("GET", "/pr/_design/d/_view/v?partition=_x", None);
+    assert_eq!(
+        (r.status, r.error()),
+        (400, "illegal_partition".to_string())
+    );
+    let r = s.admin("GET", "/pr/_design/d/_view/v?partition=a", None);
+    assert_eq!(ok(r)["rows"][0]["id"], "a:1");
     s.stop();
 }
 

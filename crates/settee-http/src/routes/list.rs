@@ -278,7 +278,7 @@ pub async fn list(
             pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             posted.as_ref(),
         )?;
-        super::view::in_partition(req, &mut args);
+        super::view::in_partition(req, &mut args)?;
         Some((format!("_design/{view_ddoc}"), view.to_string(), args))
     };
     // The view query runs on the blocking pool, its rows queued for the

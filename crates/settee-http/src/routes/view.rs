@@ -43,11 +43,16 @@ fn query_pairs(req: &Req) -> impl Iterator<Item = (&str, &str)> + Clone {
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
-/// A query under `/db/_partition/{p}/` is a query of that partition.
-pub fn in_partition(req: &Req, args: &mut ViewArgs) {
+/// A query under `/db/_partition/{p}/` is a query of that partition; a
+/// `partition` parameter names a valid one.
+pub fn in_partition(req: &Req, args: &mut ViewArgs) -> ApiResult<()> {
     if let Some(p) = &req.partition {
         args.partition = Some(p.clone());
     }
+    if let Some(p) = &args.partition {
+        settee_core::name::validate_partition(p)?;
+    }
+    Ok(())
 }
 
 /// CouchDB's check of a design document being saved (not deleted): its
@@ -78,7 +83,7 @@ pub async fn query(
         None
     };
     let mut args = ViewArgs::from_request(query_pairs(req), body.as_ref())?;
-    in_partition(req, &mut args);
+    in_partition(req, &mut args)?;
     let (app, ddoc_id, view) = (app.clone(), format!("_design/{ddoc}"), view.to_string());
     quick_first_response(move |sink, attempt| {
         Ok(match attempt {
@@ -128,7 +133,7 @@ pub async fn queries(
             };
             let mut a = base.clone();
             a.apply_object(m)?;
-            in_partition(req, &mut a);
+            in_partition(req, &mut a)?;
             Ok(a)
         })
         .collect::<ApiResult<_>>()?;
