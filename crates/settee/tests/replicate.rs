@@ -1079,10 +1079,13 @@ fn since_seq_and_use_checkpoints() {
         &s,
         json!({"source": "src", "target": "t3", "create_target": true, "create_target_params": {"partitioned": true}}),
     );
-    // (Settee has no partitioned databases yet: the creation's refusal is
-    // the replication's answer, not a database created without them.)
+    // The target is created partitioned; the source's ids have no
+    // partition, so the target refuses them and the replication says so.
     assert_ne!(r.status, 200, "{r:?}");
-    assert_eq!(s.admin("GET", "/t3", None).status, 404);
+    assert!(r.body.contains("illegal_docid"), "{r:?}");
+    let t3 = s.admin("GET", "/t3", None).json();
+    assert_eq!(t3["props"], json!({"partitioned": true}), "{t3}");
+    assert_eq!(t3["doc_count"], json!(0), "{t3}");
     ok(replicate(
         &s,
         json!({"source": "src", "target": "t4", "create_target": true, "create_target_params": {"q": 1}}),
