@@ -1042,4 +1042,14 @@ fn lists_stream_rows_in_and_chunks_out() {
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(r.body, "d00000\nd00001\nd00002\n");
     }
+    // `_all_docs` rows stream through the same queue (5,000 documents and
+    // the design document).
+    let r = s.admin("GET", "/liststream/_design/d/_list/count/_all_docs", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body
+            .ends_with("{\"total\":5001,\"n\":5001,\"inOrder\":false}"),
+        "{}",
+        r.body
+    );
 }

@@ -43,7 +43,7 @@ use axum::response::Response;
 use serde_json::Value;
 use settee_db::{IdRange, LocalDoc, Reader};
 use settee_views::args::{Src, ViewKind, KEYS_INCOMPATIBLE};
-use settee_views::ViewArgs;
+use settee_views::{Out, ViewArgs};
 
 use super::allow;
 use super::changes::push_seq;
@@ -272,21 +272,22 @@ fn in_namespace(kind: Kind, key: &Value) -> bool {
     }
 }
 
-/// Writes one query's answer object into `sink`.
+/// Writes one query's answer object into `sink`, row by row (a row done
+/// when [`Out::row_done`] says so; false stops the scan).
 fn run(
     reader: &Reader,
     blobs: &Blobs,
     kind: Kind,
     o: &Opts,
     c: &Counts,
-    sink: &mut Sink,
+    sink: &mut dyn Out,
 ) -> ApiResult<()> {
     let keyed = o.keys.is_some();
     let offset = match (&o.keys, c.total) {
         (None, Some(total)) => offset(reader, kind, o, total)?,
         _ => None,
     };
-    let out = &mut sink.buf;
+    let out = sink.buf();
     out.push_str("{\"total_rows\":");
     match c.total {
         Some(n) => push_u64(out, n),
@@ -331,8 +332,8 @@ fn run(
             if !in_namespace(kind, key) {
                 continue;
             }
-            sep(&mut sink.buf, &mut first);
-            let out = &mut sink.buf;
+            sep(sink.buf(), &mut first);
+            let out = sink.buf();
             let found = match key.as_str() {
                 None => None,
                 Some(id) if id.starts_with(LOCAL_PREFIX) => reader
@@ -366,7 +367,7 @@ fn run(
                 out.push_str(&key.to_string());
                 out.push_str(",\"error\":\"not_found\"}");
             }
-            if !sink.flush_if_full() {
+            if !sink.row_done() {
                 return Ok(());
             }
         }
@@ -374,16 +375,16 @@ fn run(
         let mut alive = true;
         if kind == Kind::Local {
             reader.local_docs(&range, &mut |d| {
-                sep(&mut sink.buf, &mut first);
-                push_local_row(&mut sink.buf, &d, o.include_docs);
-                alive = sink.flush_if_full();
+                sep(sink.buf(), &mut first);
+                push_local_row(sink.buf(), &d, o.include_docs);
+                alive = sink.row_done();
                 alive
             })?;
         } else {
             let mut failed = None;
             reader.all_docs(&range, o.include_docs, o.conflicts, &mut |row| {
-                sep(&mut sink.buf, &mut first);
-                let out = &mut sink.buf;
+                sep(sink.buf(), &mut first);
+                let out = sink.buf();
                 push_row_head(out, &row.id);
                 out.push_str(",\"value\":{\"rev\":");
                 push_rev(out, &row.rev);
@@ -396,7 +397,7 @@ fn run(
                     }
                 }
                 out.push('}');
-                alive = sink.flush_if_full();
+                alive = sink.row_done();
                 alive
             })?;
             if let Some(e) = failed {
@@ -407,7 +408,7 @@ fn run(
             return Ok(());
         }
     }
-    sink.buf.push_str("\n]}");
+    sink.buf().push_str("\n]}");
     Ok(())
 }
 
@@ -435,12 +436,14 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
     .await
 }
 
-/// The JSON text `GET /{db}/_all_docs` answers for query `pairs`, in
-/// memory (a list function's rows; the caller bounds what it keeps).
-pub(crate) fn answer_text(
+/// What `GET /{db}/_all_docs` answers for query `pairs`, written into
+/// `out` row by row (a list function's rows). Blocking.
+pub(crate) fn answer_into(
     db: &settee_db::Database,
     pairs: &[(String, String)],
-) -> ApiResult<String> {
+    partition: Option<String>,
+    out: &mut dyn Out,
+) -> ApiResult<()> {
     let mut o = Opts::default();
     for (k, v) in pairs {
         if k == "keys" {
@@ -453,12 +456,11 @@ pub(crate) fn answer_text(
         }
     }
     validate(&o)?;
+    o.partition = partition;
     let reader = db.reader()?;
     let blobs = db.blobs();
     let c = counts(&reader, Kind::All)?;
-    let mut sink = Sink::collect();
-    run(&reader, &blobs, Kind::All, &o, &c, &mut sink)?;
-    Ok(sink.buf)
+    run(&reader, &blobs, Kind::All, &o, &c, out)
 }
 
 /// Most rows a query answered on the connection's thread may skip.

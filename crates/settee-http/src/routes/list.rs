@@ -5,10 +5,9 @@
 //! `getRow()`, `provides()` — streamed both ways.
 //!
 //! Invariants:
-//! - Rows stream from the view query into `getRow()` through a queue of
-//!   [`ROW_QUEUE`] rows: memory is bounded whatever the view's size (the
-//!   query waits while the function is slow); `_all_docs` rows are read
-//!   whole, at most [`LIST_ROWS_BYTES_MAX`] of them.
+//! - Rows stream from the view (or `_all_docs`) query into `getRow()`
+//!   through a queue of [`ROW_QUEUE`] rows: memory is bounded whatever the
+//!   view's size (the query waits while the function is slow).
 //! - Output streams as CouchDB's does: nothing is sent before the first
 //!   `getRow()` (until then `start()` may still set the status and
 //!   headers, and a throw is an ordinary error answer); after it, what
@@ -35,9 +34,6 @@ use crate::design_req::{self, NoBody};
 use crate::error::{ApiError, ApiResult};
 use crate::request::Req;
 use crate::state::App;
-
-/// Most bytes of `_all_docs` output one list call may read.
-pub const LIST_ROWS_BYTES_MAX: usize = 64 << 20;
 
 /// Rows in flight between the view query and the list function.
 pub const ROW_QUEUE: usize = 256;
@@ -107,80 +103,36 @@ impl Out for RowSender {
 }
 
 /// Runs the view query (blocking), sending its head and rows to `tx`.
+/// (`view`: a design document's view and its arguments; `None`:
+/// `_all_docs` with `pairs`, in `partition` if one.)
 fn send_rows(
     app: &App,
     db: &settee_db::Database,
     view: Option<(String, String, ViewArgs)>,
     pairs: &[(String, String)],
+    partition: Option<String>,
     tx: SyncSender<RowMsg>,
 ) {
-    let Some((ddoc_id, view_name, args)) = view else {
-        // `_all_docs`: read whole (bounded), then handed out row by row.
-        let answer = super::all_docs::answer_text(db, pairs).and_then(|text| {
-            if text.len() > LIST_ROWS_BYTES_MAX {
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "list_error",
-                    format!(
-                        "a list may read at most {LIST_ROWS_BYTES_MAX} bytes of _all_docs rows"
-                    ),
-                ));
-            }
-            serde_json::from_str::<Value>(&text).map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "list_error",
-                    e.to_string(),
-                )
-            })
-        });
-        let mut answer = match answer {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = tx.send(RowMsg::Failed(e));
-                return;
-            }
-        };
-        let rows = answer.get_mut("rows").map(Value::take);
-        let mut head = serde_json::Map::new();
-        for k in ["total_rows", "offset", "update_seq"] {
-            if let Some(v) = answer.get(k) {
-                head.insert(k.to_string(), v.clone());
-            }
-        }
-        if tx
-            .send(RowMsg::Head(Value::Object(head).to_string()))
-            .is_err()
-        {
-            return;
-        }
-        for row in rows
-            .and_then(|r| match r {
-                Value::Array(a) => Some(a),
-                _ => None,
-            })
-            .into_iter()
-            .flatten()
-        {
-            if tx.send(RowMsg::Row(row.to_string())).is_err() {
-                return;
-            }
-        }
-        return;
-    };
     let mut out = RowSender {
         tx,
         buf: String::new(),
         head_sent: false,
     };
-    match app.views.query(db, &ddoc_id, &view_name, &args, &mut out) {
+    let answered = match view {
+        Some((ddoc_id, view_name, args)) => app
+            .views
+            .query(db, &ddoc_id, &view_name, &args, &mut out)
+            .map_err(ApiError::from),
+        None => super::all_docs::answer_into(db, pairs, partition, &mut out),
+    };
+    match answered {
         Ok(()) => {
             if !out.head_sent {
                 out.send_head();
             }
         }
         Err(e) => {
-            let _ = out.tx.send(RowMsg::Failed(e.into()));
+            let _ = out.tx.send(RowMsg::Failed(e));
         }
     }
 }
@@ -284,8 +236,13 @@ pub async fn list(
     // The view query runs on the blocking pool, its rows queued for the
     // function; its head (or its failure) comes first.
     let (rows_tx, rows_rx) = std::sync::mpsc::sync_channel(ROW_QUEUE);
-    let (app2, db2, pairs2) = (app.clone(), db.clone(), pairs.clone());
-    tokio::task::spawn_blocking(move || send_rows(&app2, &db2, view, &pairs2, rows_tx));
+    let (app2, db2, pairs2, part) = (
+        app.clone(),
+        db.clone(),
+        pairs.clone(),
+        req.partition.clone(),
+    );
+    tokio::task::spawn_blocking(move || send_rows(&app2, &db2, view, &pairs2, part, rows_tx));
     let (first, rows_rx) = tokio::task::spawn_blocking(move || (rows_rx.recv(), rows_rx)).await?;
     let head = match first {
         Ok(RowMsg::Head(h)) => h,
