@@ -458,14 +458,10 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     // A document's body is never longer than its text: none can be too large.
     // Design documents from a writer who is not a database admin are
     // refused one by one (below), as CouchDB refuses them.
-    let partition_limit = if partitioned {
-        req.settings.max_partition_size
-    } else {
-        0
-    };
+    let partition_limit = super::partition::size_limit(req, &db);
     let outcome: Result<Vec<DocResult>, BulkError> = if validators.is_none()
         && !users_refused
-        && partition_limit == 0
+        && partition_limit.is_none()
         && require_design_writer(req).is_ok()
         && new_edits
         && !all_or_nothing
@@ -523,12 +519,12 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         if users_refused {
             engine_docs = place.refuse(engine_docs, user_verdicts);
         }
-        if partition_limit > 0 {
+        if let Some(limit) = partition_limit {
             let ids = engine_docs
                 .iter()
                 .map(|d| (d.id.clone(), d.deleted))
                 .collect();
-            let verdicts = super::partition::size_verdicts(&db, ids, partition_limit).await?;
+            let verdicts = super::partition::size_verdicts(&db, ids, limit).await?;
             engine_docs = place.refuse(engine_docs, verdicts);
         }
         if engine_docs.iter().any(|d| d.id.starts_with("_design/")) {

@@ -295,11 +295,12 @@ pub(crate) async fn save(
         super::view::check_design(app, &doc).await?;
     }
     let deleted = doc.deleted;
-    let limit = req.settings.max_partition_size;
-    super::partition::size_verdicts(db, vec![(id.to_string(), deleted)], limit)
-        .await?
-        .pop()
-        .unwrap_or(Ok(()))?;
+    if let Some(limit) = super::partition::size_limit(req, db) {
+        super::partition::size_verdicts(db, vec![(id.to_string(), deleted)], limit)
+            .await?
+            .pop()
+            .unwrap_or(Ok(()))?;
+    }
     if let Err(e) = validate(app, req, db, &doc, new_edits).await {
         return match (req.durability(), e) {
             (Durability::Batch, DesignError::Refused(_)) => Ok(Saved::Accepted),

@@ -94,17 +94,21 @@ fn overflow(id: &str) -> ApiError {
     )
 }
 
+/// The bytes per partition past which writes to `db` are refused: the
+/// `max_partition_size` of a partitioned database, if one is set.
+pub fn size_limit(req: &Req, db: &Database) -> Option<u64> {
+    let limit = req.settings.max_partition_size;
+    (db.partitioned() && limit > 0).then_some(limit)
+}
+
 /// Whether each of `docs` (`(id, deleted)`) may be written under a limit
-/// of `limit` bytes per partition (0: none): each partition written is
-/// measured once, before the write.
+/// of `limit` bytes per partition ([`size_limit`]): each partition written
+/// is measured once, before the write.
 pub async fn size_verdicts(
     db: &Database,
     docs: Vec<(String, bool)>,
     limit: u64,
 ) -> ApiResult<Vec<ApiResult<()>>> {
-    if limit == 0 || !db.partitioned() {
-        return Ok(docs.iter().map(|_| Ok(())).collect());
-    }
     let reader = db.reader()?;
     tokio::task::spawn_blocking(move || {
         let mut sizes: std::collections::HashMap<String, u64> = Default::default();
