@@ -162,6 +162,27 @@ impl Default for IdRange {
     }
 }
 
+impl IdRange {
+    /// Narrows the range to the ids in `[lo, hi]` (a namespace such as
+    /// `_design/`…`_design0` or a partition's `P:`…`P;`), in its direction:
+    /// a missing bound becomes the namespace's edge.
+    pub fn clamp(&mut self, lo: &str, hi: &str) {
+        let (low, high) = if self.descending {
+            (&mut self.end, &mut self.start)
+        } else {
+            (&mut self.start, &mut self.end)
+        };
+        *low = Some(
+            low.take()
+                .map_or_else(|| lo.to_string(), |s| s.max(lo.to_string())),
+        );
+        *high = Some(
+            high.take()
+                .map_or_else(|| hi.to_string(), |e| e.min(hi.to_string())),
+        );
+    }
+}
+
 /// One `_all_docs` row: a live document (or, for key lookups, a deleted one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllDocsRow {

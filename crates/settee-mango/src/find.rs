@@ -181,29 +181,22 @@ fn all_docs(db: &Database, req: &FindRequest, plan: &Plan, c: &mut Collector<'_>
     if let Some(b) = &bookmark {
         start = Some(b.clone());
     }
-    let mut end = plan
-        .end_key
-        .as_ref()
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    if let Some(p) = &req.partition {
-        // Only the partition's ids, `P:` to `P;` (no id is `P;` itself).
-        let (lo, hi) = settee_core::name::partition_range(p);
-        let (low, high) = if plan.descending {
-            (&mut end, &mut start)
-        } else {
-            (&mut start, &mut end)
-        };
-        *low = Some(low.take().map_or(lo.clone(), |s| s.max(lo)));
-        *high = Some(high.take().map_or(hi.clone(), |e| e.min(hi)));
-    }
-    let range = IdRange {
+    let mut range = IdRange {
         start,
-        end,
+        end: plan
+            .end_key
+            .as_ref()
+            .and_then(Value::as_str)
+            .map(str::to_string),
         inclusive_end: true,
         descending: plan.descending,
         ..IdRange::default()
     };
+    if let Some(p) = &req.partition {
+        // Only the partition's ids, `P:` to `P;` (no id is `P;` itself).
+        let (lo, hi) = settee_core::name::partition_range(p);
+        range.clamp(&lo, &hi);
+    }
     let reader = db.reader()?;
     let mut failed = None;
     reader.all_docs(&range, true, req.conflicts, &mut |row| {

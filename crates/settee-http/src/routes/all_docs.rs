@@ -190,15 +190,8 @@ fn id_range(o: &Opts, kind: Kind) -> Option<IdRange> {
         Some(Bound::Id(s)) => r.end = Some(s),
         _ => {}
     }
-    let Some((lo, hi)) = namespace(kind, o) else {
-        return Some(r);
-    };
-    if o.descending {
-        r.start = Some(r.start.map_or(hi.clone(), |s| s.min(hi)));
-        r.end = Some(r.end.map_or(lo.clone(), |e| e.max(lo)));
-    } else {
-        r.start = Some(r.start.map_or(lo.clone(), |s| s.max(lo)));
-        r.end = Some(r.end.map_or(hi.clone(), |e| e.min(hi)));
+    if let Some((lo, hi)) = namespace(kind, o) {
+        r.clamp(&lo, &hi);
     }
     Some(r)
 }
