@@ -28,12 +28,7 @@ fn setup(s: &Server, db: &str) {
 }
 
 fn ids(v: &Value) -> Vec<String> {
-    v["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect()
+    common::strings_of(v, "results", "id")
 }
 
 #[test]

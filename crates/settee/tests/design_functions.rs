@@ -540,12 +540,7 @@ fn filter_db(s: &Server, db: &str) {
 }
 
 fn ids(v: &Value) -> Vec<String> {
-    v["results"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no results: {v}"))
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect()
+    common::strings_of(v, "results", "id")
 }
 
 fn changes(s: &Server, path: &str) -> Value {

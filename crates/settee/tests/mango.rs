@@ -27,12 +27,7 @@ fn post(s: &Server, path: &str, body: &Value) -> Value {
 }
 
 fn ids(v: &Value) -> Vec<String> {
-    v["docs"]
-        .as_array()
-        .expect("docs")
-        .iter()
-        .map(|d| d["_id"].as_str().expect("_id").to_string())
-        .collect()
+    common::strings_of(v, "docs", "_id")
 }
 
 /// A deterministic pseudo-random corpus: `n` 0..50 (missing on every

@@ -73,14 +73,8 @@ fn check_partition(s: &Server, db: &str, docs: &[Value], p: usize) {
     let info = ok(s.admin("GET", &base, None));
     assert_eq!(info["doc_count"], want.len(), "{info}");
     let all = ok(s.admin("GET", &format!("{base}/_all_docs"), None));
-    let ids: Vec<&str> = all["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        ids,
+        common::strings_of(&all, "rows", "id"),
         want.iter().map(|w| w.0.as_str()).collect::<Vec<_>>(),
         "p{p}"
     );
@@ -137,14 +131,8 @@ fn check_partition(s: &Server, db: &str, docs: &[Value], p: usize) {
         .map(|w| (w.1, w.0.as_str()))
         .collect();
     want_found.sort();
-    let got: Vec<&str> = found["docs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["_id"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        got,
+        common::strings_of(&found, "docs", "_id"),
         want_found.iter().map(|w| w.1).collect::<Vec<_>>(),
         "p{p}"
     );

@@ -53,12 +53,7 @@ fn setup(s: &Server, db: &str, n: usize) {
 }
 
 fn ids(v: &Value) -> Vec<String> {
-    v["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| r["id"].as_str().expect("id").to_string())
-        .collect()
+    common::strings_of(v, "rows", "id")
 }
 
 fn keys(v: &Value) -> Vec<Value> {

@@ -57,6 +57,22 @@ impl Resp {
     }
 }
 
+/// The string member `field` of each object in the array `v[list]` (the
+/// `id` of each of `rows`, the `_id` of each of `docs`…), in order.
+pub fn strings_of(v: &Value, list: &str, field: &str) -> Vec<String> {
+    v[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list} array in {v}"))
+        .iter()
+        .map(|e| {
+            e[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {field} string in {e}"))
+                .to_string()
+        })
+        .collect()
+}
+
 pub fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(60))
