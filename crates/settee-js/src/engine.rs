@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::input::{batch, utf16_len, JsonDoc};
 use crate::pool::Pool;
-use crate::runtime::{CallOutput, ListIo};
+use crate::runtime::{CallOutput, ListIo, Worker};
 use crate::{DesignDoc, JsConfig, JsError, JsStats, ValidateError};
 
 /// The rows one map function emitted for one document: `(key, value)` pairs.
@@ -282,9 +282,22 @@ impl JsEngine {
     where
         A: for<'js> rquickjs::function::IntoArgs<'js> + Send + 'static,
     {
+        self.render_job(ddoc, move |w, ddoc| w.call(ddoc, method, args))
+    }
+
+    /// [`JsEngine::render_call`] of any worker call `run` (the streamed
+    /// list's too): runs it on the pool, logs what the function logged.
+    fn render_job<F>(
+        &self,
+        ddoc: &DesignDoc,
+        run: F,
+    ) -> impl Future<Output = Result<(Value, String), JsError>> + Send + 'static
+    where
+        F: FnOnce(&mut Worker, &DesignDoc) -> Result<CallOutput, JsError> + Send + 'static,
+    {
         let ddoc = ddoc.clone();
         let id = ddoc.id().to_string();
-        let job = self.pool.run(move |w| w.call(&ddoc, method, args));
+        let job = self.pool.run(move |w| run(w, &ddoc));
         async move {
             let out = job.await?;
             log_lines(&id, &out);
@@ -359,15 +372,11 @@ impl JsEngine {
             head,
             serde_json::to_string(req).expect("values serialise"),
         );
-        let ddoc = ddoc.clone();
-        let id = ddoc.id().to_string();
-        let job = self.pool.run(move |w| w.call_list(&ddoc, args, io));
+        let call = self.render_job(ddoc, move |w, ddoc| w.call_list(ddoc, args, io));
         async move {
-            let out = job.await?;
-            log_lines(&id, &out);
-            match serde_json::from_str::<Value>(&out.body) {
-                Ok(v @ Value::Object(_)) => Ok(v),
-                _ => Err(malformed("list", &out.body)),
+            match call.await? {
+                (v @ Value::Object(_), _) => Ok(v),
+                (_, body) => Err(malformed("list", &body)),
             }
         }
     }
