@@ -1,6 +1,8 @@
 //! Routing: CouchDB's URL space mapped to handlers, one module per group.
 //!
-//! Invariant: routing looks only at decoded path segments and the method;
+//! Invariant: routing looks only at decoded path segments and the method,
+//! and routes a request sent elsewhere (rewrites, partitions) again in a
+//! loop, never by nesting;
 //! every handler checks its method with [`allow`] first (405 with `Allow`
 //! otherwise) and its permission through [`crate::auth`] before touching a
 //! database.
@@ -49,7 +51,27 @@ pub fn allow_names(req: &Req, methods: &[&str], allow_header: &'static str) -> A
     }
 }
 
+/// What routing a request came to: an answer, or the path to route it
+/// to next (a rewrite, a partition's endpoint).
+pub enum Routed {
+    Answer(Response),
+    Again(Vec<String>),
+}
+
+/// Routes a request to its handler, and again wherever a handler sends it
+/// ([`Routed::Again`]): a loop, so routings never nest on the stack
+/// (rewrites bound their count, `rewrite::REWRITE_LIMIT`).
 pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Response> {
+    let mut segs = segs.to_vec();
+    loop {
+        match route(app, req, &segs).await? {
+            Routed::Answer(r) => return Ok(r),
+            Routed::Again(next) => segs = next,
+        }
+    }
+}
+
+async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
     // A database's requests are judged by its security object.
     if let Some(first) = s.first() {
@@ -61,7 +83,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
     if let ["_users", rest @ ..] = s.as_slice() {
         users_db::gate(req, rest)?;
     }
-    match s.as_slice() {
+    let answer = match s.as_slice() {
         [] => server::welcome(app, req),
         ["_up"] => server::up(req),
         ["_all_dbs"] => server::all_dbs(app, req).await,
@@ -115,7 +137,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
-        [db, "_partition", rest @ ..] => partition::handle(app, req, db, rest).await,
+        [db, "_partition", rest @ ..] => return partition::handle(app, req, db, rest).await,
         [db, "_find"] => mango::find(app, req, db).await,
         [db, "_explain"] => mango::explain(app, req, db).await,
         [db, "_index"] => mango::index(app, req, db).await,
@@ -144,7 +166,7 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
         }
         [db, "_design", ddoc, "_list", rest @ ..] => list::list(app, req, db, ddoc, rest, &s).await,
         [db, "_design", ddoc, "_rewrite", rest @ ..] => {
-            rewrite::rewrite(app, req, db, ddoc, rest, &s).await
+            return rewrite::rewrite(app, req, db, ddoc, rest, &s).await
         }
         [db, "_local", _, _, ..] => {
             app.db(db)?;
@@ -169,5 +191,6 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
             app.db(db)?;
             Err(ApiError::not_implemented())
         }
-    }
+    };
+    answer.map(Routed::Answer)
 }

@@ -28,6 +28,7 @@ use settee_core::name::{
 };
 use settee_db::Database;
 
+use super::Routed;
 use crate::auth::require_db_reader;
 use crate::error::{ApiError, ApiResult};
 use crate::render::json_value;
@@ -138,7 +139,7 @@ pub async fn size_verdicts(
 }
 
 /// `/db/_partition[/{p}[/…]]`.
-pub async fn handle(app: &App, req: &mut Req, name: &str, rest: &[&str]) -> ApiResult<Response> {
+pub async fn handle(app: &App, req: &mut Req, name: &str, rest: &[&str]) -> ApiResult<Routed> {
     let db = app.db(name)?;
     let (partition, rest) = match rest {
         [] | [""] => return Err(ApiError::bad_request("invalid_partition_req")),
@@ -149,7 +150,7 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, rest: &[&str]) -> ApiR
     }
     validate_partition(partition)?;
     if rest.is_empty() {
-        return info(req, &db, partition).await;
+        return info(req, &db, partition).await.map(Routed::Answer);
     }
     if !served(rest) {
         return Err(ApiError::not_found("missing"));
@@ -160,7 +161,7 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, rest: &[&str]) -> ApiR
         .map(str::to_string)
         .collect();
     let query = req.query.pairs().to_vec();
-    super::rewrite::redispatch(app, req, segs, query).await
+    super::rewrite::route_again(req, segs, query)
 }
 
 /// `GET /db/_partition/{p}`: the partition's document counts and sizes

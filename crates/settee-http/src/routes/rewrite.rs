@@ -17,11 +17,11 @@
 //! through the router again, with every permission check of its new path.
 
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
-use axum::response::Response;
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde_json::{Map, Value};
 
 use super::show::{external_response, External};
+use super::Routed;
 use crate::auth::require_db_reader;
 use crate::design_req::{self, NoBody};
 use crate::error::{ApiError, ApiResult};
@@ -57,7 +57,7 @@ pub async fn rewrite(
     ddoc: &str,
     rest: &[&str],
     segments: &[&str],
-) -> ApiResult<Response> {
+) -> ApiResult<Routed> {
     let db = app.db(db_name)?;
     require_db_reader(req)?;
     req.rewrites += 1;
@@ -69,7 +69,7 @@ pub async fn rewrite(
     match body.get("rewrites") {
         Some(Value::Array(rules)) => {
             let (segs, query) = by_rules(req, db_name, ddoc, rules, &rest)?;
-            redispatch(app, req, segs, query).await
+            route_again(req, segs, query)
         }
         Some(Value::String(_)) => by_function(app, req, db_name, ddoc, &compiled, segments).await,
         _ => Err(design_req::invalid_path("rewrite_error")),
@@ -211,7 +211,7 @@ async fn by_function(
     ddoc: &str,
     compiled: &settee_js::DesignDoc,
     segments: &[&str],
-) -> ApiResult<Response> {
+) -> ApiResult<Routed> {
     let body = req.body_bytes().await?;
     let mut js_req = design_req::build(
         app,
@@ -247,7 +247,7 @@ async fn by_function(
                     negotiated: false,
                     bare: true,
                 };
-                return external_response(&Value::Object(o), &how);
+                return external_response(&Value::Object(o), &how).map(Routed::Answer);
             }
             None => {
                 return Err(rewrite_error(
@@ -313,34 +313,33 @@ async fn by_function(
         req.replace_body(bytes::Bytes::from(text));
     }
     let segs = resolve(db_name, ddoc, &path, false).unwrap_or_default();
-    redispatch(app, req, segs, query).await
+    route_again(req, segs, query)
 }
 
-/// Routes the request again, to `segs` with `query`.
-pub(crate) fn redispatch<'a>(
-    app: &'a App,
-    req: &'a mut Req,
+/// Sets the request up to be routed again, to `segs` with `query` (its
+/// URI rewritten to match): the router's loop (`routes::dispatch`) takes
+/// it from there, so a rewrite never nests a routing on the stack.
+pub(crate) fn route_again(
+    req: &mut Req,
     segs: Vec<String>,
     query: Vec<(String, String)>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ApiResult<Response>> + Send + 'a>> {
-    Box::pin(async move {
-        req.query = Query::from_pairs(query);
-        let mut uri = String::new();
-        for s in &segs {
-            uri.push('/');
-            uri.extend(utf8_percent_encode(s, SEGMENT));
-        }
-        if uri.is_empty() {
-            uri.push('/');
-        }
-        let q = req.query.encode();
-        if !q.is_empty() {
-            uri.push('?');
-            uri.push_str(&q);
-        }
-        req.uri = uri
-            .parse()
-            .map_err(|_| ApiError::bad_request("the rewritten path is not a valid URI"))?;
-        super::dispatch(app, req, &segs).await
-    })
+) -> ApiResult<Routed> {
+    req.query = Query::from_pairs(query);
+    let mut uri = String::new();
+    for s in &segs {
+        uri.push('/');
+        uri.extend(utf8_percent_encode(s, SEGMENT));
+    }
+    if uri.is_empty() {
+        uri.push('/');
+    }
+    let q = req.query.encode();
+    if !q.is_empty() {
+        uri.push('?');
+        uri.push_str(&q);
+    }
+    req.uri = uri
+        .parse()
+        .map_err(|_| ApiError::bad_request("the rewritten path is not a valid URI"))?;
+    Ok(Routed::Again(segs))
 }
