@@ -496,9 +496,12 @@ fn replicator_database_documents_run_as_jobs() {
 
     // A document whose source is missing keeps retrying.
     put("broken", json!({"source": url("nope"), "target": url("x")}));
+    // (The manager follows `_replicator`'s changes: until it has seen the
+    // document, the scheduler does not know it — 404.)
     wait_until("the broken document crashing", || {
-        let st = doc(&a, "/_scheduler/docs/_replicator/broken");
-        st["state"] == json!("crashing") && st["error_count"].as_u64() >= Some(1)
+        let r = a.admin("GET", "/_scheduler/docs/_replicator/broken", None);
+        let st = r.json();
+        r.status == 200 && st["state"] == json!("crashing") && st["error_count"].as_u64() >= Some(1)
     });
     let all = doc(&a, "/_scheduler/docs");
     assert_eq!(all["total_rows"], json!(3), "{all}");
