@@ -15,11 +15,19 @@
 //!   (the writer applies a group's changes to the blocks it touched in
 //!   that group's batch). A reader's block counts and documents therefore
 //!   agree.
-//! - **Bounded blocks.** A block is split, in chunks of [`BLOCK`]
-//!   records, by the first group after one that took it past
-//!   [`BLOCK_MAX`] records; an emptied block other than the first is
-//!   removed. So a count reads one Meta entry per block before the key and
-//!   at most about [`BLOCK_MAX`] (plus one group's) records of its block.
+//! - **Bounded blocks.** A block is cut by the first group after one
+//!   that took it past [`BLOCK_MAX`] records; an emptied block other than
+//!   the first is removed. So a count reads one Meta entry per block
+//!   before the key and at most about [`BLOCK_MAX`] (plus one group's)
+//!   records of its block.
+//! - **A cut reads the block's end only.** Chunks are taken off the end
+//!   of the block — [`TAIL`] records, then [`BLOCK`] at a time — until
+//!   what is left holds at most [`BLOCK_MAX`]; what is left keeps the
+//!   block's boundary and its counts are the block's minus the chunks'
+//!   (exact, so not read). Documents appended in id order (bulk loads,
+//!   replication into an empty database) grow the last block, so a cut
+//!   reads [`TAIL`] records per `BLOCK_MAX - TAIL` appended rather than
+//!   the whole block each time.
 //! - **Built once.** A database whose blocks were never written (created
 //!   before they existed) gets them from a scan by its writer's first
 //!   group; until then readers count the old way (see `crate::reader`).
@@ -41,6 +49,9 @@ pub const BLOCK: u64 = 4096;
 
 /// Records past which a block is cut again.
 pub const BLOCK_MAX: u64 = 2 * BLOCK;
+
+/// Records of the first chunk a cut takes off a block's end.
+pub const TAIL: u64 = BLOCK / 4;
 
 /// The counts of one block.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -133,12 +144,16 @@ impl IdBlocks {
         !self.oversized.is_empty()
     }
 
-    /// Reads the oversized blocks from storage (which must hold every
-    /// write) and cuts each into chunks of [`BLOCK`] records. Changes
-    /// nothing: [`IdBlocks::apply_cuts`] does.
+    /// Reads the ends of the oversized blocks from storage (which must
+    /// hold every write) and cuts each (see [`cut_end`]). Changes nothing:
+    /// [`IdBlocks::apply_cuts`] does.
     pub(crate) fn cut(&self, view: &dyn Snapshot, poison: &Poison) -> Result<Cuts> {
         let mut cuts = Vec::with_capacity(self.oversized.len());
         for b in &self.oversized {
+            let whole = *self
+                .blocks
+                .get(b)
+                .ok_or_else(|| Error::Corrupt("oversized id block is gone".into()))?;
             let next = self
                 .blocks
                 .range::<[u8], _>((
@@ -147,7 +162,8 @@ impl IdBlocks {
                 ))
                 .next()
                 .map(|(k, _)| k.clone());
-            cuts.push((b.clone(), chunk(view, poison, self.db, b, next.as_deref())?));
+            let chunks = cut_end(view, poison, self.db, b, next.as_deref(), whole)?;
+            cuts.push((b.clone(), chunks));
         }
         Ok(cuts)
     }
@@ -238,6 +254,60 @@ fn chunk(
             Ok(true)
         },
     )?;
+    Ok(chunks)
+}
+
+/// The block `[from, to)` (to the end of the database when `to` is
+/// `None`), holding `whole`, cut: chunks taken off its end, read
+/// backwards — [`TAIL`] records, then [`BLOCK`] at a time — until at most
+/// [`BLOCK_MAX`] records are left before them; those stay a block at
+/// `from` with the counts left over. In id order. Storage disagreeing with
+/// `whole` is corruption.
+fn cut_end(
+    view: &dyn Snapshot,
+    poison: &Poison,
+    db: DbId,
+    from: &[u8],
+    to: Option<&[u8]>,
+    whole: Counts,
+) -> Result<Vec<(Box<[u8]>, Counts)>> {
+    let lo = keys::doc_bytes(db, from);
+    let hi = match to {
+        Some(t) => keys::doc_bytes(db, t),
+        None => keys::db_range(db).1,
+    };
+    let disagree = || Error::Corrupt("id block counts disagree with its records".into());
+    // Newest first; `left` is what the chunks taken so far leave.
+    let mut taken: Vec<(Box<[u8]>, Counts)> = Vec::new();
+    let mut current = Counts::default();
+    let mut size = TAIL;
+    let mut left = whole;
+    let mut done = left.records <= BLOCK_MAX;
+    if !done {
+        try_scan(view, poison, Keyspace::Docs, &lo, &hi, true, &mut |k, v| {
+            current.records += 1;
+            current.live += u64::from(DocRecordHead::decode(v)?.is_live());
+            if current.records < size {
+                return Ok(true);
+            }
+            left.records = left
+                .records
+                .checked_sub(current.records)
+                .ok_or_else(disagree)?;
+            left.live = left.live.checked_sub(current.live).ok_or_else(disagree)?;
+            taken.push((keys::doc_id(k).into(), std::mem::take(&mut current)));
+            size = BLOCK;
+            done = left.records <= BLOCK_MAX;
+            Ok(!done)
+        })?;
+    }
+    if !done {
+        // Fewer records than the block counts.
+        return Err(disagree());
+    }
+    let mut chunks = Vec::with_capacity(taken.len() + 1);
+    chunks.push((Box::from(from), left));
+    chunks.extend(taken.into_iter().rev());
     Ok(chunks)
 }
 
