@@ -218,6 +218,16 @@ impl IdBlocks {
     }
 }
 
+/// The Docs keys of the ids `[from, to)` of `db` (to the end of the
+/// database when `to` is `None`).
+fn records_range(db: DbId, from: &[u8], to: Option<&[u8]>) -> (Vec<u8>, Vec<u8>) {
+    let hi = match to {
+        Some(t) => keys::doc_bytes(db, t),
+        None => keys::db_range(db).1,
+    };
+    (keys::doc_bytes(db, from), hi)
+}
+
 /// The by-id records of `db` in `[from, to)` (to the end of the database
 /// when `to` is `None`), in chunks of [`BLOCK`] records: the first chunk
 /// starts at `from` (even when its first record is further on), each
@@ -229,11 +239,7 @@ fn chunk(
     from: &[u8],
     to: Option<&[u8]>,
 ) -> Result<Vec<(Box<[u8]>, Counts)>> {
-    let lo = keys::doc_bytes(db, from);
-    let hi = match to {
-        Some(t) => keys::doc_bytes(db, t),
-        None => keys::db_range(db).1,
-    };
+    let (lo, hi) = records_range(db, from, to);
     let mut chunks: Vec<(Box<[u8]>, Counts)> = vec![(from.into(), Counts::default())];
     try_scan(
         view,
@@ -271,11 +277,7 @@ fn cut_end(
     to: Option<&[u8]>,
     whole: Counts,
 ) -> Result<Vec<(Box<[u8]>, Counts)>> {
-    let lo = keys::doc_bytes(db, from);
-    let hi = match to {
-        Some(t) => keys::doc_bytes(db, t),
-        None => keys::db_range(db).1,
-    };
+    let (lo, hi) = records_range(db, from, to);
     let disagree = || Error::Corrupt("id block counts disagree with its records".into());
     // Newest first; `left` is what the chunks taken so far leave.
     let mut taken: Vec<(Box<[u8]>, Counts)> = Vec::new();
