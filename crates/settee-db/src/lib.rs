@@ -37,6 +37,7 @@ pub mod poison;
 pub mod query;
 pub mod reader;
 pub mod records;
+mod records_fast;
 pub mod update;
 pub mod writer;
 

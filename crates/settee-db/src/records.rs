@@ -13,7 +13,7 @@ use settee_core::revtree::RevTree;
 use crate::error::{Error, Result};
 use crate::keys::DbId;
 
-const FORMAT_V1: u8 = 1;
+pub(crate) const FORMAT_V1: u8 = 1;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);

@@ -91,9 +91,8 @@ use crate::id_blocks::{Delta, IdBlocks};
 use crate::inflight::Inflight;
 use crate::keys::{self, DbId};
 use crate::options::Durability;
-use crate::records::{
-    decode, encode, encode_into, DbState, DocRecord, LocalRecord, PurgeRecord, SeqRecord,
-};
+use crate::records::{decode, encode, DbState, DocRecord, LocalRecord, PurgeRecord};
+use crate::records_fast;
 use crate::update::{self, Edit};
 
 /// The outcome of one document of an update: its new (or existing) rev.
@@ -1042,7 +1041,7 @@ impl<'a> Ctx<'a> {
         self.batch.put_with(
             Keyspace::Seqs,
             |k| keys::seq_into(k, db, seq),
-            |v| encode_into(v, &SeqRecord::borrowed(id, &leaves)),
+            |v| records_fast::seq_record_into(v, id, &leaves),
         );
         let rec = DocRecord { seq, tree, inline };
         self.state.external_bytes = self
@@ -1053,7 +1052,7 @@ impl<'a> Ctx<'a> {
         self.batch.put_with(
             Keyspace::Docs,
             |k| keys::doc_into(k, db, id),
-            |v| encode_into(v, &rec),
+            |v| records_fast::doc_record_into(v, &rec),
         );
         match self.records.get_mut(id) {
             Some(slot) => *slot = Some(rec),
