@@ -114,14 +114,6 @@ pub struct SeqRecord {
     pub leaves: Vec<(Rev, bool)>,
 }
 
-impl SeqRecord {
-    /// The same record for encoding without owning its parts: a tuple
-    /// serializes exactly as the struct's fields in order.
-    pub fn borrowed<'a>(id: &'a str, leaves: &'a [(Rev, bool)]) -> (&'a str, &'a [(Rev, bool)]) {
-        (id, leaves)
-    }
-}
-
 /// Catalog entry of a database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DbMeta {
@@ -361,19 +353,5 @@ mod tests {
         let head = DocRecordHead::decode(&encode(&rec)).unwrap();
         assert_eq!((head.seq, head.is_live()), (9, false));
         assert!(DocRecordHead::decode(&[7]).is_err());
-    }
-
-    #[test]
-    fn borrowed_seq_record_encodes_like_the_struct() {
-        let rec = SeqRecord {
-            id: "doc-é".into(),
-            leaves: vec![
-                (Rev::next(None, false, b"{}"), false),
-                (Rev::new(2, "x"), true),
-            ],
-        };
-        let borrowed = encode(&SeqRecord::borrowed(&rec.id, &rec.leaves));
-        assert_eq!(borrowed, encode(&rec));
-        assert_eq!(decode::<SeqRecord>(&borrowed, "seq").unwrap(), rec);
     }
 }

@@ -84,7 +84,8 @@ pub(crate) fn doc_record_into(out: &mut Vec<u8>, rec: &DocRecord) {
 }
 
 /// Appends the `SeqRecord` of document `id` with `leaves` (winner first),
-/// encoded as `encode_into(out, &SeqRecord::borrowed(id, leaves))` would.
+/// encoded as `encode_into` would encode that record (without the caller
+/// owning its parts).
 pub(crate) fn seq_record_into(out: &mut Vec<u8>, id: &str, leaves: &[(Rev, bool)]) {
     out.reserve(8 + id.len() + leaves.len() * 24);
     out.push(FORMAT_V1);
@@ -102,7 +103,7 @@ mod tests {
     use settee_core::revtree::RevTree;
 
     use super::*;
-    use crate::records::{encode_into, SeqRecord};
+    use crate::records::{decode, encode_into, SeqRecord};
 
     fn rev() -> impl Strategy<Value = Rev> {
         (
@@ -154,11 +155,13 @@ mod tests {
             id in "\\PC{0,300}",
             leaves in proptest::collection::vec((rev(), any::<bool>()), 0..8),
         ) {
-            let mut want = Vec::new();
-            encode_into(&mut want, &SeqRecord::borrowed(&id, &leaves));
             let mut got = Vec::new();
             seq_record_into(&mut got, &id, &leaves);
-            prop_assert_eq!(got, want);
+            let rec = SeqRecord { id, leaves };
+            let mut want = Vec::new();
+            encode_into(&mut want, &rec);
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(decode::<SeqRecord>(&got, "seq").unwrap(), rec);
         }
     }
 }
