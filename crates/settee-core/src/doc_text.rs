@@ -143,6 +143,138 @@ fn bad_json(e: serde_json::Error) -> DocError {
     DocError::BadRequest(format!("Invalid document: {e}"))
 }
 
+/// The plain shape most `_bulk_docs` documents have, recognised in one
+/// pass over the bytes: an object with no whitespace outside strings, no
+/// escapes, no nested objects, only integers of at most 18 characters
+/// (not `-0`), distinct member names and no special member but a string
+/// `_id`. Every such text is valid JSON and already canonical, so the
+/// body is the text without its `_id` member. Returns the id (when given)
+/// and the body; `None` for anything else (the general path decides,
+/// errors included).
+fn plain(text: &str) -> Option<(Option<&str>, String)> {
+    let b = text.as_bytes();
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    let mut names: Vec<&str> = Vec::with_capacity(4);
+    let mut id = None;
+    // Spans of the members kept in the body, each `"name":value`.
+    let mut kept: Vec<(usize, usize)> = Vec::with_capacity(4);
+    let mut i = 1;
+    if b.get(i) == Some(&b'}') {
+        i += 1;
+    } else {
+        loop {
+            let start = i;
+            let name_end = plain_string(b, i)?;
+            let name = &text[start + 1..name_end - 1];
+            if b.get(name_end) != Some(&b':') {
+                return None;
+            }
+            let value_start = name_end + 1;
+            let end = plain_value(b, value_start, 0)?;
+            // Pairwise: few members; many go the general way.
+            if names.len() >= 32 || names.contains(&name) {
+                return None;
+            }
+            names.push(name);
+            if name == "_id" {
+                if b[value_start] != b'"' {
+                    return None;
+                }
+                id = Some(&text[value_start + 1..end - 1]);
+            } else if name.starts_with('_') {
+                return None;
+            } else {
+                kept.push((start, end));
+            }
+            match b.get(end) {
+                Some(b',') => i = end + 1,
+                Some(b'}') => {
+                    i = end + 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    if i != b.len() {
+        return None;
+    }
+    let mut body = String::with_capacity(text.len());
+    body.push('{');
+    for (n, &(from, to)) in kept.iter().enumerate() {
+        if n > 0 {
+            body.push(',');
+        }
+        body.push_str(&text[from..to]);
+    }
+    body.push('}');
+    Some((id, body))
+}
+
+/// The end (past the closing quote) of a string without escapes or
+/// control characters starting at `i`.
+fn plain_string(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let len = memchr::memchr(b'"', &b[i + 1..])?;
+    let inner = &b[i + 1..i + 1 + len];
+    if inner.iter().any(|&c| c < 0x20 || c == b'\\') {
+        return None;
+    }
+    Some(i + len + 2)
+}
+
+/// The end of a plain value (see [`plain`]) starting at `i`: a plain
+/// string, a canonical integer, a literal or an array of plain values.
+fn plain_value(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => plain_string(b, i),
+        b't' => b[i..].starts_with(b"true").then_some(i + 4),
+        b'f' => b[i..].starts_with(b"false").then_some(i + 5),
+        b'n' => b[i..].starts_with(b"null").then_some(i + 4),
+        b'-' | b'0'..=b'9' => {
+            let digits = i + usize::from(b[i] == b'-');
+            let end = digits
+                + b[digits..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_digit())
+                    .count();
+            let ok = end > digits
+                && end - i <= 18
+                && (b[digits] != b'0' || end == digits + 1)
+                && &b[i..end] != b"-0"
+                && !matches!(b.get(end), Some(b'.' | b'e' | b'E'));
+            ok.then_some(end)
+        }
+        b'[' if depth < 64 => {
+            let mut j = i + 1;
+            if b.get(j) == Some(&b']') {
+                return Some(j + 1);
+            }
+            loop {
+                j = plain_value(b, j, depth + 1)?;
+                match b.get(j) {
+                    Some(b',') => j += 1,
+                    Some(b']') => return Some(j + 1),
+                    _ => return None,
+                }
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The general path: the whole text parsed into a value. Also taken when
+/// a member's text does not parse by itself (a number out of range), so
+/// that the error names its place in the whole text, as this path does.
+fn value_path(text: &str, fallback_id: impl FnOnce() -> String) -> Result<Doc, DocError> {
+    let value: Value = serde_json::from_str(text).map_err(bad_json)?;
+    Doc::from_json(value, fallback_id)
+}
+
 impl Doc {
     /// [`Doc::from_json`] of the JSON text `text`, without building the
     /// body's value tree when it can (see the module doc).
@@ -150,13 +282,15 @@ impl Doc {
         text: &str,
         fallback_id: impl FnOnce() -> String,
     ) -> Result<Doc, DocError> {
+        if let Some((id, body)) = plain(text) {
+            let id = id.map(|s| Value::String(s.to_string()));
+            let specials = Specials::lift_with_id(id, &mut Map::new(), fallback_id)?;
+            return Ok(specials.into_doc(Body::from_built(body)));
+        }
         let members = match serde_json::from_str::<Members<'_>>(text) {
             Ok(m) if !m.has_repeated_name() => m,
             // Not an object, or a repeated member: the general path decides.
-            _ => {
-                let value: Value = serde_json::from_str(text).map_err(bad_json)?;
-                return Doc::from_json(value, fallback_id);
-            }
+            _ => return value_path(text, fallback_id),
         };
         let mut specials = Map::new();
         let mut id = None;
@@ -170,13 +304,18 @@ impl Doc {
                 id = Some(
                     match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
                         Some(s) if !s.contains('\\') => Value::String(s.to_string()),
-                        _ => serde_json::from_str(raw).map_err(bad_json)?,
+                        _ => match serde_json::from_str(raw) {
+                            Ok(v) => v,
+                            Err(_) => return value_path(text, fallback_id),
+                        },
                     },
                 );
                 continue;
             }
             if crate::doc::is_special(&name) {
-                let value: Value = serde_json::from_str(raw.get()).map_err(bad_json)?;
+                let Ok(value) = serde_json::from_str::<Value>(raw.get()) else {
+                    return value_path(text, fallback_id);
+                };
                 specials.insert(name.into_owned(), value);
                 continue;
             }
@@ -188,7 +327,9 @@ impl Doc {
             if is_canonical(raw.get()) {
                 body.push_str(raw.get());
             } else {
-                let value: Value = serde_json::from_str(raw.get()).map_err(bad_json)?;
+                let Ok(value) = serde_json::from_str::<Value>(raw.get()) else {
+                    return value_path(text, fallback_id);
+                };
                 body.push_str(&serde_json::to_string(&value).map_err(bad_json)?);
             }
         }
@@ -245,6 +386,75 @@ mod tests {
         assert_eq!(fast.unwrap().body.as_str(), r#"{"foo":[1,2,{"x":1.5}]}"#);
     }
 
+    #[test]
+    fn plain_documents_take_the_one_pass_path() {
+        let yes = [
+            (r#"{"_id":"a","foo":"bar"}"#, Some("a"), r#"{"foo":"bar"}"#),
+            (
+                r#"{"n":-12,"_id":"b","l":[1,[true,null],"é"]}"#,
+                Some("b"),
+                r#"{"n":-12,"l":[1,[true,null],"é"]}"#,
+            ),
+            (r#"{"x":0,"":[]}"#, None, r#"{"x":0,"":[]}"#),
+            ("{}", None, "{}"),
+        ];
+        for (text, id, body) in yes {
+            assert_eq!(plain(text), Some((id, body.to_string())), "{text}");
+        }
+        let no = [
+            r#"{"_id":"a", "foo":"bar"}"#,
+            r#"{"_id":"a","o":{"x":1}}"#,
+            r#"{"_id":"a","f":1.5}"#,
+            r#"{"_id":"a","n":-0}"#,
+            r#"{"_id":"a","n":01}"#,
+            r#"{"_id":"a","n":1234567890123456789}"#,
+            r#"{"_id":"a\"b"}"#,
+            r#"{"_id":"a","_rev":"1-x"}"#,
+            r#"{"_id":5}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1}x"#,
+            r#"{"a":1,}"#,
+            r#"{"a":[1,]}"#,
+            r#"{"a":tru}"#,
+            "[1]",
+        ];
+        for text in no {
+            assert_eq!(plain(text), None, "{text}");
+        }
+    }
+
+    /// A value of the shapes [`plain`] accepts, and a few it does not.
+    fn plainish_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1000i64..1000).prop_map(Value::from),
+            "[a-z é]{0,6}".prop_map(Value::String),
+            Just(Value::from(0.5)),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                4 => prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                1 => prop::collection::vec(("[a-z]{1,2}", inner), 0..2)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Compact object text from members in the given order (names may
+    /// repeat), `_id` inserted at `at` when given.
+    fn compact(members: &[(String, Value)], id: Option<(&str, usize)>) -> String {
+        let mut parts: Vec<String> = members
+            .iter()
+            .map(|(k, v)| format!("{}:{}", Value::from(k.as_str()), v))
+            .collect();
+        if let Some((id, at)) = id {
+            parts.insert(at.min(parts.len()), format!("\"_id\":{}", Value::from(id)));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     fn json_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
@@ -265,6 +475,35 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn one_pass_path_equals_value_path(
+            members in prop::collection::vec(("[a-z_]{0,2}", plainish_value()), 0..6),
+            id in prop::option::of(("[a-z_]{0,3}", 0usize..6)),
+            edit in prop::option::of((any::<prop::sample::Index>(), 0usize..3, prop::sample::select(
+                vec![' ', '"', '\\', ',', ':', '{', '}', '[', ']', '-', '0', '.', 'e', 'x', '\u{1}'],
+            ))),
+        ) {
+            let mut text = compact(&members, id.as_ref().map(|(s, at)| (s.as_str(), *at)));
+            // One byte inserted, replaced or removed somewhere: mostly
+            // invalid or unusual texts, which must fare as on the value path.
+            if let Some((at, how, c)) = edit {
+                let mut bytes = text.clone().into_bytes();
+                let i = at.index(bytes.len() + 1);
+                match how {
+                    0 => bytes.insert(i, c as u8),
+                    1 if i < bytes.len() => bytes[i] = c as u8,
+                    _ if i < bytes.len() => drop(bytes.remove(i)),
+                    _ => {}
+                }
+                match String::from_utf8(bytes) {
+                    Ok(t) => text = t,
+                    Err(_) => return Ok(()),
+                }
+            }
+            let (fast, slow) = both(&text);
+            prop_assert_eq!(fast, slow, "{}", text);
+        }
+
         #[test]
         fn fast_path_equals_value_path(
             members in prop::collection::vec(("[a-z_]{1,4}", json_value()), 0..6),
