@@ -28,6 +28,15 @@
 //!   replication into an empty database) grow the last block, so a cut
 //!   reads [`TAIL`] records per `BLOCK_MAX - TAIL` appended rather than
 //!   the whole block each time.
+//! - **Appends start new blocks without reading.** The writer knows the
+//!   last id of a block when it built, cut or started it (or the block is
+//!   empty), and keeps that knowledge through its groups (a purge of the
+//!   last record forgets it). A new record past a known last id of a block
+//!   already holding [`BLOCK`] records starts a new block at its id: no
+//!   record of the old block lies at or past it, so the new block's counts
+//!   are this group's alone. Documents appended in id order thus never
+//!   need a cut (`bench/RESULTS.md`: the backward reads of cuts were ~15%
+//!   of a bulk load's writer instructions).
 //! - **Built once.** A database whose blocks were never written (created
 //!   before they existed) gets them from a scan by its writer's first
 //!   group; until then readers count the old way (see `crate::reader`).
@@ -61,6 +70,82 @@ pub struct Counts {
     pub live: u64,
 }
 
+/// What the writer knows of the last (greatest) id of a block's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Last {
+    /// Not known (blocks read back from storage, what a cut leaves).
+    Unknown,
+    /// The block holds no record.
+    Empty,
+    Id(Box<[u8]>),
+}
+
+impl Last {
+    /// The last id of the records from `from` on, in id order.
+    fn of(records: u64, last: Option<&[u8]>) -> Last {
+        match last {
+            Some(id) => Last::Id(id.into()),
+            None if records == 0 => Last::Empty,
+            None => Last::Unknown,
+        }
+    }
+
+    /// Whether every record of the block lies before `id`.
+    fn before(&self, id: &[u8]) -> bool {
+        match self {
+            Last::Unknown => false,
+            Last::Empty => true,
+            Last::Id(last) => **last < *id,
+        }
+    }
+}
+
+/// One block in the writer's copy: its counts and what it knows of its
+/// last id.
+#[derive(Debug, Clone)]
+struct Block {
+    counts: Counts,
+    last: Last,
+}
+
+/// [`Last`] while a group's run of changes in one block is summed: an id
+/// of the group's borrowed until the run ends.
+enum RunLast<'a> {
+    Stored(Last),
+    Id(&'a [u8]),
+}
+
+impl RunLast<'_> {
+    fn before(&self, id: &[u8]) -> bool {
+        match self {
+            RunLast::Stored(last) => last.before(id),
+            RunLast::Id(last) => *last < id,
+        }
+    }
+
+    fn is(&self, id: &[u8]) -> bool {
+        match self {
+            RunLast::Stored(Last::Id(last)) => **last == *id,
+            RunLast::Stored(_) => false,
+            RunLast::Id(last) => *last == id,
+        }
+    }
+}
+
+/// Consecutive changes of a group in the block `[boundary, next)`.
+struct Run<'a> {
+    boundary: Box<[u8]>,
+    next: Option<Box<[u8]>>,
+    counts: Counts,
+    last: RunLast<'a>,
+}
+
+impl Run<'_> {
+    fn holds(&self, id: &[u8]) -> bool {
+        *self.boundary <= *id && self.next.as_deref().is_none_or(|n| id < n)
+    }
+}
+
 /// One document's change of the counts: records and live, each -1, 0 or +1.
 #[derive(Debug, Clone)]
 pub(crate) struct Delta {
@@ -73,20 +158,24 @@ pub(crate) struct Delta {
 /// groups still in the pipeline included.
 pub(crate) struct IdBlocks {
     db: DbId,
-    blocks: BTreeMap<Box<[u8]>, Counts>,
+    blocks: BTreeMap<Box<[u8]>, Block>,
     /// Boundaries of blocks past [`BLOCK_MAX`], cut by the next group.
     oversized: Vec<Box<[u8]>>,
 }
 
+/// A block read from storage: its boundary, counts and last id (when
+/// the read saw it).
+type Chunk = (Box<[u8]>, Counts, Option<Box<[u8]>>);
+
 /// Blocks replacing a range of the map, read from storage: what
 /// [`IdBlocks::cut`] found, applied by [`IdBlocks::apply_cuts`].
-pub(crate) type Cuts = Vec<(Box<[u8]>, Vec<(Box<[u8]>, Counts)>)>;
+pub(crate) type Cuts = Vec<(Box<[u8]>, Vec<Chunk>)>;
 
 impl IdBlocks {
     /// The blocks stored for `db`, or `None` when it has none yet.
     pub(crate) fn load(view: &dyn Snapshot, poison: &Poison, db: DbId) -> Result<Option<IdBlocks>> {
         let (lo, hi) = keys::id_block_range(db);
-        let mut blocks: BTreeMap<Box<[u8]>, Counts> = BTreeMap::new();
+        let mut blocks: BTreeMap<Box<[u8]>, Block> = BTreeMap::new();
         try_scan(
             view,
             poison,
@@ -95,10 +184,9 @@ impl IdBlocks {
             &hi,
             false,
             &mut |k, v| {
-                blocks.insert(
-                    keys::id_block_boundary(k).into(),
-                    decode::<Counts>(v, "id block")?,
-                );
+                let counts = decode::<Counts>(v, "id block")?;
+                let last = Last::of(counts.records, None);
+                blocks.insert(keys::id_block_boundary(k).into(), Block { counts, last });
                 Ok(true)
             },
         )?;
@@ -110,7 +198,7 @@ impl IdBlocks {
         }
         let oversized = blocks
             .iter()
-            .filter(|(_, c)| c.records > BLOCK_MAX)
+            .filter(|(_, b)| b.counts.records > BLOCK_MAX)
             .map(|(b, _)| b.clone())
             .collect();
         Ok(Some(IdBlocks {
@@ -150,10 +238,11 @@ impl IdBlocks {
     pub(crate) fn cut(&self, view: &dyn Snapshot, poison: &Poison) -> Result<Cuts> {
         let mut cuts = Vec::with_capacity(self.oversized.len());
         for b in &self.oversized {
-            let whole = *self
+            let whole = self
                 .blocks
                 .get(b)
-                .ok_or_else(|| Error::Corrupt("oversized id block is gone".into()))?;
+                .ok_or_else(|| Error::Corrupt("oversized id block is gone".into()))?
+                .counts;
             let next = self
                 .blocks
                 .range::<[u8], _>((
@@ -173,31 +262,69 @@ impl IdBlocks {
         for (old, chunks) in cuts {
             self.blocks.remove(&old);
             batch.delete(Keyspace::Meta, keys::id_block(self.db, &old));
-            for (b, c) in chunks {
-                batch.put(Keyspace::Meta, keys::id_block(self.db, &b), encode(&c));
-                self.blocks.insert(b, c);
+            for (b, counts, last) in chunks {
+                batch.put(Keyspace::Meta, keys::id_block(self.db, &b), encode(&counts));
+                let last = Last::of(counts.records, last.as_deref());
+                self.blocks.insert(b, Block { counts, last });
             }
         }
         self.oversized.clear();
     }
 
     /// Applies one group's document changes to the blocks and writes the
-    /// blocks they changed to the group's batch.
+    /// blocks they changed to the group's batch. A new record past the
+    /// known last id of a full block starts a new block (see the module
+    /// doc).
     pub(crate) fn apply(&mut self, batch: &mut Batch, deltas: &[Delta]) -> Result<()> {
         let mut changed: BTreeMap<Box<[u8]>, Counts> = BTreeMap::new();
+        // Consecutive changes in one block (ids in order mostly are) are
+        // summed in a run, without a search or a copy of an id each.
+        let mut run: Option<Run<'_>> = None;
         for d in deltas {
-            let (b, c) = self
-                .blocks
-                .range::<[u8], _>((
-                    std::ops::Bound::Unbounded,
-                    std::ops::Bound::Included(d.id.as_bytes()),
-                ))
-                .next_back()
-                .ok_or_else(|| Error::Corrupt("id blocks lack the first block".into()))?;
-            let c = changed.entry(b.clone()).or_insert(*c);
+            let id = d.id.as_bytes();
+            let r = match &mut run {
+                Some(r) if r.holds(id) => r,
+                _ => {
+                    if let Some(r) = run.take() {
+                        self.end_run(r, &mut changed);
+                    }
+                    run.insert(self.start_run(id, &changed)?)
+                }
+            };
+            if d.records > 0 && r.counts.records >= BLOCK && r.last.before(id) {
+                // A new block at `id`: nothing of the old one lies there.
+                let fresh = Run {
+                    boundary: id.into(),
+                    next: r.next.take(),
+                    counts: Counts::default(),
+                    last: RunLast::Stored(Last::Empty),
+                };
+                let old = std::mem::replace(r, fresh);
+                self.end_run(old, &mut changed);
+                self.blocks.insert(
+                    id.into(),
+                    Block {
+                        counts: Counts::default(),
+                        last: Last::Empty,
+                    },
+                );
+            }
+            if d.records > 0 && r.last.before(id) {
+                r.last = RunLast::Id(id);
+            } else if d.records < 0 && r.last.is(id) {
+                // A purge of the last record: the one before is not known.
+                r.last = RunLast::Stored(Last::Unknown);
+            }
             let bad = || Error::Corrupt(format!("id block count of {:?}", d.id));
-            c.records = c.records.checked_add_signed(d.records).ok_or_else(bad)?;
-            c.live = c.live.checked_add_signed(d.live).ok_or_else(bad)?;
+            r.counts.records = r
+                .counts
+                .records
+                .checked_add_signed(d.records)
+                .ok_or_else(bad)?;
+            r.counts.live = r.counts.live.checked_add_signed(d.live).ok_or_else(bad)?;
+        }
+        if let Some(r) = run {
+            self.end_run(r, &mut changed);
         }
         for (b, c) in changed {
             let key = keys::id_block(self.db, &b);
@@ -210,11 +337,67 @@ impl IdBlocks {
             if c.records > BLOCK_MAX {
                 self.oversized.push(b.clone());
             }
-            self.blocks.insert(b, c);
+            let block = self
+                .blocks
+                .get_mut(&b)
+                .expect("changed blocks are in the map");
+            block.counts = c;
+            if c.records == 0 {
+                block.last = Last::Empty;
+            }
         }
         self.oversized.sort_unstable();
         self.oversized.dedup();
         Ok(())
+    }
+
+    /// A run in the block holding `id`, with its counts so far this group.
+    fn start_run<'a>(
+        &mut self,
+        id: &[u8],
+        changed: &BTreeMap<Box<[u8]>, Counts>,
+    ) -> Result<Run<'a>> {
+        let (boundary, next) = self.find(id)?;
+        let block = self
+            .blocks
+            .get_mut(&boundary)
+            .expect("found blocks are in the map");
+        let counts = changed.get(&boundary).copied().unwrap_or(block.counts);
+        let last = RunLast::Stored(std::mem::replace(&mut block.last, Last::Unknown));
+        Ok(Run {
+            boundary,
+            next,
+            counts,
+            last,
+        })
+    }
+
+    /// Puts a run's last id back in its block and its counts in `changed`.
+    fn end_run(&mut self, run: Run<'_>, changed: &mut BTreeMap<Box<[u8]>, Counts>) {
+        let last = match run.last {
+            RunLast::Stored(last) => last,
+            RunLast::Id(id) => Last::Id(id.into()),
+        };
+        if let Some(block) = self.blocks.get_mut(&run.boundary) {
+            block.last = last;
+        }
+        changed.insert(run.boundary, run.counts);
+    }
+
+    /// The block holding `id` and the next block's boundary.
+    fn find(&self, id: &[u8]) -> Result<(Box<[u8]>, Option<Box<[u8]>>)> {
+        let mut around = self
+            .blocks
+            .range::<[u8], _>((std::ops::Bound::Unbounded, std::ops::Bound::Included(id)));
+        let (b, _) = around
+            .next_back()
+            .ok_or_else(|| Error::Corrupt("id blocks lack the first block".into()))?;
+        let next = self
+            .blocks
+            .range::<[u8], _>((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))
+            .next()
+            .map(|(k, _)| k.clone());
+        Ok((b.clone(), next))
     }
 }
 
@@ -238,9 +421,9 @@ fn chunk(
     db: DbId,
     from: &[u8],
     to: Option<&[u8]>,
-) -> Result<Vec<(Box<[u8]>, Counts)>> {
+) -> Result<Vec<Chunk>> {
     let (lo, hi) = records_range(db, from, to);
-    let mut chunks: Vec<(Box<[u8]>, Counts)> = vec![(from.into(), Counts::default())];
+    let mut chunks: Vec<Chunk> = vec![(from.into(), Counts::default(), None)];
     try_scan(
         view,
         poison,
@@ -252,11 +435,12 @@ fn chunk(
             let live = DocRecordHead::decode(v)?.is_live();
             let last = chunks.len() - 1;
             if chunks[last].1.records == BLOCK {
-                chunks.push((keys::doc_id(k).into(), Counts::default()));
+                chunks.push((keys::doc_id(k).into(), Counts::default(), None));
             }
-            let c = &mut chunks.last_mut().expect("at least one chunk").1;
+            let (_, c, last) = chunks.last_mut().expect("at least one chunk");
             c.records += 1;
             c.live += u64::from(live);
+            *last = Some(keys::doc_id(k).into());
             Ok(true)
         },
     )?;
@@ -276,12 +460,14 @@ fn cut_end(
     from: &[u8],
     to: Option<&[u8]>,
     whole: Counts,
-) -> Result<Vec<(Box<[u8]>, Counts)>> {
+) -> Result<Vec<Chunk>> {
     let (lo, hi) = records_range(db, from, to);
     let disagree = || Error::Corrupt("id block counts disagree with its records".into());
-    // Newest first; `left` is what the chunks taken so far leave.
-    let mut taken: Vec<(Box<[u8]>, Counts)> = Vec::new();
+    // Newest first; `left` is what the chunks taken so far leave. The
+    // first record read of a chunk is its last id.
+    let mut taken: Vec<Chunk> = Vec::new();
     let mut current = Counts::default();
+    let mut current_last: Option<Box<[u8]>> = None;
     let mut size = TAIL;
     let mut left = whole;
     let mut done = left.records <= BLOCK_MAX;
@@ -289,6 +475,9 @@ fn cut_end(
         try_scan(view, poison, Keyspace::Docs, &lo, &hi, true, &mut |k, v| {
             current.records += 1;
             current.live += u64::from(DocRecordHead::decode(v)?.is_live());
+            if current_last.is_none() {
+                current_last = Some(keys::doc_id(k).into());
+            }
             if current.records < size {
                 return Ok(true);
             }
@@ -297,7 +486,11 @@ fn cut_end(
                 .checked_sub(current.records)
                 .ok_or_else(disagree)?;
             left.live = left.live.checked_sub(current.live).ok_or_else(disagree)?;
-            taken.push((keys::doc_id(k).into(), std::mem::take(&mut current)));
+            taken.push((
+                keys::doc_id(k).into(),
+                std::mem::take(&mut current),
+                current_last.take(),
+            ));
             size = BLOCK;
             done = left.records <= BLOCK_MAX;
             Ok(!done)
@@ -308,7 +501,7 @@ fn cut_end(
         return Err(disagree());
     }
     let mut chunks = Vec::with_capacity(taken.len() + 1);
-    chunks.push((Box::from(from), left));
+    chunks.push((Box::from(from), left, None));
     chunks.extend(taken.into_iter().rev());
     Ok(chunks)
 }

@@ -116,8 +116,8 @@ fn offsets_stay_exact_through_churn_cuts_purges_and_restarts() {
 }
 
 /// Documents appended in id order, as bulk loads write them (with some
-/// deleted), 1,000 per group: every cut takes chunks off the last block's
-/// end and leaves the rest's counts exact without reading them.
+/// deleted), 1,000 per group, then 22,000 in one: each full block is
+/// followed by a new one started at the next appended id, never cut.
 #[test]
 fn offsets_stay_exact_through_appends_in_id_order() {
     let store = Arc::new(MemStore::new());
@@ -142,7 +142,42 @@ fn offsets_stay_exact_through_appends_in_id_order() {
         .map(|n| doc(json!({"_id": format!("k{n:06}"), "_deleted": n % 5 == 0})))
         .collect();
     write(&db, &mut model, docs);
-    // The cut happens in the next group.
+    // Appends started a new block at every 4,096th record (no cut, which
+    // would leave chunks of other sizes at the ends).
+    let blocks = stored_blocks(store.as_ref(), 1);
+    assert_eq!(blocks.len(), 58_000 / 4096 + 1);
+    for (i, (b, (records, _))) in blocks.iter().enumerate() {
+        let expect = if i + 1 == blocks.len() {
+            58_000 % 4096
+        } else {
+            4096
+        };
+        assert_eq!(
+            *records,
+            expect,
+            "block {i} at {:?}",
+            String::from_utf8_lossy(b)
+        );
+    }
+    // Purging the last documents forgets the last block's last id: later
+    // appends land in it until it is cut, in the next group.
+    let doomed: Vec<(String, Vec<Rev>)> = (57_990..58_000u32)
+        .map(|n| {
+            let id = format!("k{n:06}");
+            let rev = model[&id].0.clone();
+            (id, vec![rev])
+        })
+        .collect();
+    db.purge(doomed.clone()).unwrap();
+    for (id, _) in doomed {
+        model.remove(&id);
+    }
+    for group in 0..9u32 {
+        let docs: Vec<Doc> = (0..1000u32)
+            .map(|i| doc(json!({"_id": format!("k{:06}", 60_000 + group * 1000 + i)})))
+            .collect();
+        write(&db, &mut model, docs);
+    }
     churn(&db, &mut model, &mut rng, 10);
     check(&db, &model, &mut rng);
     assert_blocks_match(store.as_ref(), 1);
@@ -172,17 +207,26 @@ fn blocks_are_built_for_a_database_written_before_they_existed() {
     assert_blocks_match(store.as_ref(), 1);
 }
 
+/// The stored blocks of `db`: boundary, (records, live).
+fn stored_blocks(store: &MemStore, db: u64) -> Vec<(Vec<u8>, (u64, u64))> {
+    let (lo, hi) = keys::id_block_range(db);
+    let mut blocks = Vec::new();
+    store
+        .snapshot()
+        .scan(Keyspace::Meta, &lo, &hi, false, &mut |k, v| {
+            let counts = settee_db::records::decode(v, "id block").unwrap();
+            blocks.push((keys::id_block_boundary(k).to_vec(), counts));
+            true
+        })
+        .unwrap();
+    blocks
+}
+
 /// Every stored block's counts are those of the records in its range, and
 /// the first block starts at the empty id.
 fn assert_blocks_match(store: &MemStore, db: u64) {
     let snap = store.snapshot();
-    let (lo, hi) = keys::id_block_range(db);
-    let mut blocks: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    snap.scan(Keyspace::Meta, &lo, &hi, false, &mut |k, v| {
-        blocks.push((keys::id_block_boundary(k).to_vec(), v.to_vec()));
-        true
-    })
-    .unwrap();
+    let blocks = stored_blocks(store, db);
     assert!(blocks.len() > 2, "the blocks were cut");
     assert!(
         blocks[0].0.is_empty(),
@@ -205,9 +249,8 @@ fn assert_blocks_match(store: &MemStore, db: u64) {
             true
         })
         .unwrap();
-        let stored: (u64, u64) = settee_db::records::decode(v, "id block").unwrap();
         assert_eq!(
-            stored,
+            *v,
             (records, live),
             "block {:?}",
             String::from_utf8_lossy(b)
