@@ -156,10 +156,13 @@ fn plain(text: &str) -> Option<(Option<&str>, String)> {
     if b.first() != Some(&b'{') {
         return None;
     }
-    let mut names: Vec<&str> = Vec::with_capacity(4);
+    // At most MEMBERS members (more go the general way): names seen, and
+    // spans of the members kept in the body, each `"name":value`.
+    const MEMBERS: usize = 32;
+    let mut names: [&str; MEMBERS] = [""; MEMBERS];
+    let mut kept = [(0usize, 0usize); MEMBERS];
+    let (mut n_names, mut n_kept) = (0, 0);
     let mut id = None;
-    // Spans of the members kept in the body, each `"name":value`.
-    let mut kept: Vec<(usize, usize)> = Vec::with_capacity(4);
     let mut i = 1;
     if b.get(i) == Some(&b'}') {
         i += 1;
@@ -173,11 +176,11 @@ fn plain(text: &str) -> Option<(Option<&str>, String)> {
             }
             let value_start = name_end + 1;
             let end = plain_value(b, value_start, 0)?;
-            // Pairwise: few members; many go the general way.
-            if names.len() >= 32 || names.contains(&name) {
+            if n_names == MEMBERS || names[..n_names].contains(&name) {
                 return None;
             }
-            names.push(name);
+            names[n_names] = name;
+            n_names += 1;
             if name == "_id" {
                 if b[value_start] != b'"' {
                     return None;
@@ -186,7 +189,8 @@ fn plain(text: &str) -> Option<(Option<&str>, String)> {
             } else if name.starts_with('_') {
                 return None;
             } else {
-                kept.push((start, end));
+                kept[n_kept] = (start, end);
+                n_kept += 1;
             }
             match b.get(end) {
                 Some(b',') => i = end + 1,
@@ -203,7 +207,7 @@ fn plain(text: &str) -> Option<(Option<&str>, String)> {
     }
     let mut body = String::with_capacity(text.len());
     body.push('{');
-    for (n, &(from, to)) in kept.iter().enumerate() {
+    for (n, &(from, to)) in kept[..n_kept].iter().enumerate() {
         if n > 0 {
             body.push(',');
         }

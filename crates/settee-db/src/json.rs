@@ -10,12 +10,18 @@ use settee_core::att::{self, AttStub};
 use settee_core::revtree::RevStatus;
 
 use crate::reader::DocRead;
-use settee_core::rev::Rev;
+use settee_core::rev::{Rev, RevHash};
 
 /// Appends `s` as a JSON string literal.
 pub fn push_str(out: &mut String, s: &str) {
     out.reserve(s.len() + 2);
     out.push('"');
+    // Most strings (ids, revisions) need no escape: one check, one copy.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
         let esc: &str = match b {
@@ -44,24 +50,29 @@ pub fn push_rev(out: &mut String, rev: &Rev) {
     out.push('"');
     push_u64(out, rev.pos);
     out.push('-');
-    // Hashes we generate are hex; replicated ones are checked by Rev parsing
-    // but may hold any character, so escape through the general path.
-    rev.hash.with_text(|hash| {
-        if hash.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            out.push_str(hash);
-            out.push('"');
-        } else {
+    match &rev.hash {
+        RevHash::Digest(bytes) => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let mut buf = [0u8; 33];
+            for (i, b) in bytes.iter().enumerate() {
+                buf[2 * i] = HEX[usize::from(b >> 4)];
+                buf[2 * i + 1] = HEX[usize::from(b & 15)];
+            }
+            buf[32] = b'"';
+            out.push_str(std::str::from_utf8(&buf).expect("hex digits are ASCII"));
+        }
+        // Hashes of replicated revisions are checked by Rev parsing but may
+        // hold any character: escaped by the general path.
+        RevHash::Text(hash) => {
             let mut tmp = String::new();
             push_str(&mut tmp, hash);
             out.push_str(&tmp[1..]);
         }
-    });
+    }
 }
 
 pub fn push_u64(out: &mut String, n: u64) {
-    use std::fmt::Write;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{n}");
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// What to add to a rendered document besides `_id`, `_rev` and the body.
@@ -291,6 +302,24 @@ mod tests {
             revs_info: None,
             conflicts: vec![Rev::new(2, "zzz")],
             deleted_conflicts: vec![],
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn revisions_and_strings_render_as_serde_json_does(
+            pos in proptest::prelude::any::<u64>(),
+            digest in proptest::prelude::any::<[u8; 16]>(),
+            text in "[a-z0-9\"\\\\\u{1}\n é]{1,12}",
+        ) {
+            for rev in [Rev::new(pos, digest.iter().map(|b| format!("{b:02x}")).collect::<String>()), Rev::new(pos, &text)] {
+                let mut out = String::new();
+                push_rev(&mut out, &rev);
+                proptest::prop_assert_eq!(&out, &serde_json::to_string(&rev.to_string()).unwrap());
+            }
+            let mut out = String::new();
+            push_str(&mut out, &text);
+            proptest::prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
         }
     }
 

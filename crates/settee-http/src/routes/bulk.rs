@@ -275,7 +275,15 @@ fn may_name_local(text: &str) -> bool {
 
 /// Parses one document of a `_bulk_docs` body, refusing one larger than
 /// `max_size` (CouchDB's 413, naming the id the body gave, if any).
-fn parse_doc(app: &App, text: &str, max_size: u64, partitioned: bool) -> ApiResult<Parsed> {
+/// `unfailing`: the text passed [`cannot_fail`], so it names no local
+/// document.
+fn parse_doc(
+    app: &App,
+    text: &str,
+    max_size: u64,
+    partitioned: bool,
+    unfailing: bool,
+) -> ApiResult<Parsed> {
     let generated = std::cell::Cell::new(false);
     let new_id = || {
         generated.set(true);
@@ -283,7 +291,7 @@ fn parse_doc(app: &App, text: &str, max_size: u64, partitioned: bool) -> ApiResu
     };
     // Without "_local" (or a \u escape that could spell it) the id cannot
     // name a local document: the fast path applies.
-    let doc = if may_name_local(text) {
+    let doc = if !unfailing && may_name_local(text) {
         let value: Value = serde_json::from_str(text).map_err(body_error)?;
         let local_id = value
             .get("_id")
@@ -482,7 +490,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             let mut out = Vec::with_capacity(chunk);
             while out.len() < chunk {
                 let Some(raw) = raws.next() else { break };
-                match parse_doc(app, raw.get(), max_size, partitioned) {
+                match parse_doc(app, raw.get(), max_size, partitioned, true) {
                     Ok(p) => out.extend(place.place(p)),
                     Err(e) => return Some(Err(BulkError::Api(e))),
                 }
@@ -495,7 +503,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         let parsed = docs
             .iter()
             .map(|raw| {
-                let p = parse_doc(app, raw.get(), max_size, partitioned)?;
+                let p = parse_doc(app, raw.get(), max_size, partitioned, false)?;
                 let has_rev = match &p {
                     Parsed::Local(_, rev, _) => rev.is_some(),
                     Parsed::Doc(doc) => doc.rev.is_some(),
