@@ -112,6 +112,9 @@ impl Cache {
     /// Drops what `batch` changed; called after the inner store applied
     /// it (or failed to).
     fn invalidate(&self, batch: &Batch) {
+        if batch.len() > 2 * STRIPES && self.bump_all_if_empty() {
+            return;
+        }
         // Grouped by stripe, so each stripe is locked once per write.
         let mut keys: Vec<(usize, &[u8])> = Vec::new();
         for op in batch.ops() {
@@ -133,6 +136,22 @@ impl Cache {
                 }
             }
         }
+    }
+
+    /// For a large batch: bumps every stripe's generation (so no read
+    /// that missed before the write inserts what it read) and reports
+    /// whether every stripe was empty then, when there is nothing to
+    /// remove and no key needs hashing. Entries a read inserts after the
+    /// bump hold what it read after the write. Otherwise the caller
+    /// removes the batch's keys (bumping their stripes again: harmless).
+    fn bump_all_if_empty(&self) -> bool {
+        let mut empty = true;
+        for stripe in self.stripes.iter() {
+            let mut s = stripe.lock();
+            s.generation += 1;
+            empty &= s.map.is_empty();
+        }
+        empty
     }
 
     fn clear(&self) {
@@ -342,6 +361,35 @@ mod tests {
             store.snapshot().get(DOCS, b"s").unwrap(),
             Some(b"2".to_vec())
         );
+    }
+
+    #[test]
+    fn a_large_write_drops_its_keys_from_a_filled_or_an_empty_cache() {
+        let (_, store) = cached(1 << 20);
+        let big = |v: u8| {
+            let mut b = Batch::new();
+            for i in 0..200u32 {
+                b.put(DOCS, i.to_be_bytes(), [v]);
+            }
+            b
+        };
+        // Empty cache: every stripe is bumped, no key removed.
+        store.write(&big(1), false).unwrap();
+        for i in [0u32, 7, 199] {
+            assert_eq!(
+                store.latest().get(DOCS, &i.to_be_bytes()).unwrap(),
+                Some(vec![1])
+            );
+        }
+        assert!(store.cached_bytes() > 0);
+        // Cached entries of the batch's keys go.
+        store.write(&big(2), false).unwrap();
+        for i in [0u32, 7, 199] {
+            assert_eq!(
+                store.latest().get(DOCS, &i.to_be_bytes()).unwrap(),
+                Some(vec![2])
+            );
+        }
     }
 
     #[test]
