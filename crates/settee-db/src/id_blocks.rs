@@ -146,12 +146,41 @@ impl Run<'_> {
     }
 }
 
-/// One document's change of the counts: records and live, each -1, 0 or +1.
-#[derive(Debug, Clone)]
-pub(crate) struct Delta {
-    pub id: String,
-    pub records: i64,
-    pub live: i64,
+/// A group's changes of the counts, one per document: its id, and records
+/// and live each -1, 0 or +1. The ids share one buffer (no allocation per
+/// document).
+#[derive(Debug, Default)]
+pub(crate) struct Deltas {
+    ids: String,
+    /// Where each id ends in `ids`, and its changes.
+    list: Vec<(usize, i64, i64)>,
+}
+
+impl Deltas {
+    pub(crate) fn push(&mut self, id: &str, records: i64, live: i64) {
+        self.ids.push_str(id);
+        self.list.push((self.ids.len(), records, live));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Keeps the first `n` changes.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        self.list.truncate(n);
+        self.ids.truncate(self.list.last().map_or(0, |d| d.0));
+    }
+
+    /// (id, records, live) of each change, in order.
+    fn iter(&self) -> impl Iterator<Item = (&str, i64, i64)> + '_ {
+        let mut start = 0;
+        self.list.iter().map(move |&(end, records, live)| {
+            let id = &self.ids[start..end];
+            start = end;
+            (id, records, live)
+        })
+    }
 }
 
 /// The writer's copy of a database's blocks: the latest counts, those of
@@ -275,13 +304,13 @@ impl IdBlocks {
     /// blocks they changed to the group's batch. A new record past the
     /// known last id of a full block starts a new block (see the module
     /// doc).
-    pub(crate) fn apply(&mut self, batch: &mut Batch, deltas: &[Delta]) -> Result<()> {
+    pub(crate) fn apply(&mut self, batch: &mut Batch, deltas: &Deltas) -> Result<()> {
         let mut changed: BTreeMap<Box<[u8]>, Counts> = BTreeMap::new();
         // Consecutive changes in one block (ids in order mostly are) are
         // summed in a run, without a search or a copy of an id each.
         let mut run: Option<Run<'_>> = None;
-        for d in deltas {
-            let id = d.id.as_bytes();
+        for (text, records, live) in deltas.iter() {
+            let id = text.as_bytes();
             let r = match &mut run {
                 Some(r) if r.holds(id) => r,
                 _ => {
@@ -291,7 +320,7 @@ impl IdBlocks {
                     run.insert(self.start_run(id, &changed)?)
                 }
             };
-            if d.records > 0 && r.counts.records >= BLOCK && r.last.before(id) {
+            if records > 0 && r.counts.records >= BLOCK && r.last.before(id) {
                 // A new block at `id`: nothing of the old one lies there.
                 let fresh = Run {
                     boundary: id.into(),
@@ -309,19 +338,19 @@ impl IdBlocks {
                     },
                 );
             }
-            if d.records > 0 && r.last.before(id) {
+            if records > 0 && r.last.before(id) {
                 r.last = RunLast::Id(id);
-            } else if d.records < 0 && r.last.is(id) {
+            } else if records < 0 && r.last.is(id) {
                 // A purge of the last record: the one before is not known.
                 r.last = RunLast::Stored(Last::Unknown);
             }
-            let bad = || Error::Corrupt(format!("id block count of {:?}", d.id));
+            let bad = || Error::Corrupt(format!("id block count of {text:?}"));
             r.counts.records = r
                 .counts
                 .records
-                .checked_add_signed(d.records)
+                .checked_add_signed(records)
                 .ok_or_else(bad)?;
-            r.counts.live = r.counts.live.checked_add_signed(d.live).ok_or_else(bad)?;
+            r.counts.live = r.counts.live.checked_add_signed(live).ok_or_else(bad)?;
         }
         if let Some(r) = run {
             self.end_run(r, &mut changed);

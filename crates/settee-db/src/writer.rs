@@ -87,7 +87,7 @@ use crate::atts;
 use crate::committer::{Commit, Pipe, Reply};
 use crate::database::Shared;
 use crate::error::{DocFailure, Error, Result};
-use crate::id_blocks::{Delta, IdBlocks};
+use crate::id_blocks::{Deltas, IdBlocks};
 use crate::inflight::Inflight;
 use crate::keys::{self, DbId};
 use crate::options::Durability;
@@ -695,7 +695,7 @@ struct Ctx<'a> {
     /// Changes of the by-seq counts, by bucket.
     seq_deltas: FxHashMap<u64, i64>,
     /// Changes of the id blocks' counts, by document.
-    id_deltas: Vec<Delta>,
+    id_deltas: Deltas,
     batch: Batch,
     /// A design document was written or purged in this group (see
     /// `Database::design_generation`).
@@ -738,7 +738,7 @@ impl<'a> Ctx<'a> {
             records: FxHashMap::default(),
             req_base: 0,
             seq_deltas: FxHashMap::default(),
-            id_deltas: Vec::new(),
+            id_deltas: Deltas::default(),
             batch: Batch::new(),
             design_changed: false,
         }
@@ -1002,12 +1002,12 @@ impl<'a> Ctx<'a> {
         let old_seq = old.as_ref().map(|r| r.seq);
         let old_presence = presence(old.as_ref().map(|r| &r.tree));
         let old_winner_bytes = old.as_ref().map_or(0, DocRecord::winner_bytes);
-        let mut bodies = old
+        // No vector for a new document's one body.
+        let bodies = old
             .map(|mut r| take_inline_bodies(&mut r))
             .unwrap_or_default();
-        bodies.extend(new);
         let mut inline = Vec::with_capacity(1);
-        for (rev, body) in bodies {
+        for (rev, body) in bodies.into_iter().chain(new) {
             match tree.find(&rev) {
                 Some(i) if tree.is_leaf(&rev) => inline.push((i as u32, body)),
                 Some(_) => self.batch.put(
@@ -1032,16 +1032,27 @@ impl<'a> Ctx<'a> {
                 self.state.update_seq
             }
         };
-        let leaves = tree
-            .leaves()
-            .into_iter()
-            .map(|l| (l.rev, l.deleted))
-            .collect();
-        let leaves: Vec<(Rev, bool)> = leaves;
+        // A new document's one leaf without a vector.
+        let one;
+        let many: Vec<(Rev, bool)>;
+        let leaves: &[(Rev, bool)] = match tree.nodes() {
+            [only] => {
+                one = [(only.rev.clone(), only.deleted)];
+                &one
+            }
+            _ => {
+                many = tree
+                    .leaves()
+                    .into_iter()
+                    .map(|l| (l.rev, l.deleted))
+                    .collect();
+                &many
+            }
+        };
         self.batch.put_with(
             Keyspace::Seqs,
             |k| keys::seq_into(k, db, seq),
-            |v| records_fast::seq_record_into(v, id, &leaves),
+            |v| records_fast::seq_record_into(v, id, leaves),
         );
         let rec = DocRecord { seq, tree, inline };
         self.state.external_bytes = self
@@ -1068,11 +1079,7 @@ impl<'a> Ctx<'a> {
         let records = i64::from(after != Presence::Absent) - i64::from(before != Presence::Absent);
         let live = i64::from(after == Presence::Live) - i64::from(before == Presence::Live);
         if records != 0 || live != 0 {
-            self.id_deltas.push(Delta {
-                id: id.to_string(),
-                records,
-                live,
-            });
+            self.id_deltas.push(id, records, live);
         }
         let s = &mut self.state;
         match before {
