@@ -196,6 +196,9 @@ pub(crate) struct IdBlocks {
 /// the read saw it).
 type Chunk = (Box<[u8]>, Counts, Option<Box<[u8]>>);
 
+/// A block's boundary and the next block's (`None`: the last block).
+type Bounds = (Box<[u8]>, Option<Box<[u8]>>);
+
 /// Blocks replacing a range of the map, read from storage: what
 /// [`IdBlocks::cut`] found, applied by [`IdBlocks::apply_cuts`].
 pub(crate) type Cuts = Vec<(Box<[u8]>, Vec<Chunk>)>;
@@ -414,7 +417,7 @@ impl IdBlocks {
     }
 
     /// The block holding `id` and the next block's boundary.
-    fn find(&self, id: &[u8]) -> Result<(Box<[u8]>, Option<Box<[u8]>>)> {
+    fn find(&self, id: &[u8]) -> Result<Bounds> {
         let mut around = self
             .blocks
             .range::<[u8], _>((std::ops::Bound::Unbounded, std::ops::Bound::Included(id)));
