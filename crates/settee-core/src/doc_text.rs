@@ -111,13 +111,7 @@ fn is_canonical(raw: &str) -> bool {
                 {
                     i += 1;
                 }
-                let num = &b[start..i];
-                // Floats are re-printed by serde_json; "-0" becomes "0";
-                // long integers may not fit 64 bits.
-                if num.len() > 18
-                    || num == b"-0"
-                    || num.iter().any(|c| matches!(c, b'.' | b'e' | b'E' | b'+'))
-                {
+                if !prints_as_written(&b[start..i]) {
                     return false;
                 }
                 continue;
@@ -127,6 +121,13 @@ fn is_canonical(raw: &str) -> bool {
         i += 1;
     }
     true
+}
+
+/// Whether the number text `num` (valid JSON) is what serde_json prints
+/// for it: floats are re-printed, "-0" becomes "0", long integers may not
+/// fit 64 bits.
+fn prints_as_written(num: &[u8]) -> bool {
+    num.len() <= 18 && num != b"-0" && !num.iter().any(|c| matches!(c, b'.' | b'e' | b'E' | b'+'))
 }
 
 /// Appends `name` as a JSON string, escaped as serde_json escapes it.
@@ -248,11 +249,11 @@ fn plain_value(b: &[u8], i: usize, depth: usize) -> Option<usize> {
                     .iter()
                     .take_while(|c| c.is_ascii_digit())
                     .count();
+            // A valid integer (no leading zero), not the start of a float.
             let ok = end > digits
-                && end - i <= 18
                 && (b[digits] != b'0' || end == digits + 1)
-                && &b[i..end] != b"-0"
-                && !matches!(b.get(end), Some(b'.' | b'e' | b'E'));
+                && !matches!(b.get(end), Some(b'.' | b'e' | b'E'))
+                && prints_as_written(&b[i..end]);
             ok.then_some(end)
         }
         b'[' if depth < 64 => {

@@ -81,7 +81,8 @@ enum Last {
 }
 
 impl Last {
-    /// The last id of the records from `from` on, in id order.
+    /// What a read of a block of `records` records knows: `last`, the
+    /// last id it saw, when it saw the block's end.
     fn of(records: u64, last: Option<&[u8]>) -> Last {
         match last {
             Some(id) => Last::Id(id.into()),

@@ -51,16 +51,11 @@ pub fn push_rev(out: &mut String, rev: &Rev) {
     push_u64(out, rev.pos);
     out.push('-');
     match &rev.hash {
-        RevHash::Digest(bytes) => {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            let mut buf = [0u8; 33];
-            for (i, b) in bytes.iter().enumerate() {
-                buf[2 * i] = HEX[usize::from(b >> 4)];
-                buf[2 * i + 1] = HEX[usize::from(b & 15)];
-            }
-            buf[32] = b'"';
-            out.push_str(std::str::from_utf8(&buf).expect("hex digits are ASCII"));
-        }
+        // A digest's text is hex digits: nothing to escape or check.
+        RevHash::Digest(_) => rev.hash.with_text(|hex| {
+            out.push_str(hex);
+            out.push('"');
+        }),
         // Hashes of replicated revisions are checked by Rev parsing but may
         // hold any character: escaped by the general path.
         RevHash::Text(hash) => {
