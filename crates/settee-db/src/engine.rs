@@ -335,6 +335,15 @@ impl Engine {
             shared.close();
         }
     }
+
+    /// [`Engine::shutdown`], then ends the store's life (every write
+    /// durable, the storage engine's background work stopped and waited
+    /// for): for a process about to exit, which may do so even while
+    /// handles to the engine are still alive in other threads.
+    pub fn close(&self) -> Result<()> {
+        self.shutdown();
+        self.inner.poison.guard(self.inner.store.close())
+    }
 }
 
 impl Drop for Inner {

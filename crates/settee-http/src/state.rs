@@ -189,6 +189,12 @@ impl AppState {
         }))
     }
 
+    /// Stops the server's own background threads (view updates) and waits
+    /// for them; called once serving has ended, before the engine closes.
+    pub fn stop_background(&self) {
+        self.views.stop_auto_update();
+    }
+
     /// Opens a database by name (400 for an illegal name, 404 if absent).
     pub fn db(&self, name: &str) -> ApiResult<Database> {
         validate_db_name(name)?;

@@ -250,6 +250,10 @@ impl Store for CachedStore {
         self.inner.sync()
     }
 
+    fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
     /// The writer's reads: answered from memory when there, but not
     /// remembered (the writer reads what it is about to change).
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {

@@ -80,6 +80,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.sync()
     }
 
+    fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.inner.get(ks, key)
     }

@@ -324,6 +324,15 @@ pub trait Store: Send + Sync {
         self.write(batch, sync)
     }
     fn sync(&self) -> Result<()>;
+    /// Ends the store's life before the process ends: makes every write
+    /// durable and stops the engine's background work, waiting for work
+    /// already running. Called once nothing writes any more; the store may
+    /// refuse writes afterwards. A process may exit right after it, even
+    /// if handles to the store are still alive somewhere (exiting while
+    /// RocksDB's background threads run can abort the process).
+    fn close(&self) -> Result<()> {
+        self.sync()
+    }
     /// Reads the latest committed value.
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Reads several keys of one keyspace (the writer's batched lookups).

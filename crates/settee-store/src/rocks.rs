@@ -57,8 +57,8 @@ pub struct RocksStore {
     path: PathBuf,
     /// RocksDB's id of each keyspace's column family, by [`Keyspace::index`].
     cf_ids: [u32; Keyspace::ALL.len()],
-    /// Joined on drop, so the database is closed with the store.
-    preformat: Option<Preformat>,
+    /// Joined on drop (or by `close`), so the database is closed with the store.
+    preformat: parking_lot::Mutex<Option<Preformat>>,
     /// Held while an explicit compaction of `Keyspace::Blobs` runs with
     /// blob garbage collection on (see `compact_range`).
     blob_gc: parking_lot::Mutex<()>,
@@ -127,7 +127,7 @@ impl RocksStore {
             db,
             path: path.to_path_buf(),
             cf_ids,
-            preformat,
+            preformat: parking_lot::Mutex::new(preformat),
             blob_gc: parking_lot::Mutex::new(()),
         })
     }
@@ -135,7 +135,7 @@ impl RocksStore {
     /// Blocks until the write-ahead log's pre-formatting (started by
     /// [`RocksStore::open`]) is done.
     pub fn wait_preformat(&mut self) {
-        if let Some(p) = self.preformat.as_mut() {
+        if let Some(p) = self.preformat.get_mut().as_mut() {
             p.wait();
         }
     }
@@ -418,6 +418,14 @@ impl Store for RocksStore {
 
     fn sync(&self) -> Result<()> {
         self.db.flush_wal(true).map_err(io)
+    }
+
+    fn close(&self) -> Result<()> {
+        // The pre-formatting thread writes: stop it first.
+        drop(self.preformat.lock().take());
+        let synced = self.sync();
+        self.db.cancel_all_background_work(true);
+        synced
     }
 
     fn get(&self, ks: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -707,6 +715,42 @@ mod tests {
         let mut b = Batch::new();
         b.put(Keyspace::Docs, b"k", b"v");
         s.write(&b, true).unwrap();
+    }
+
+    #[test]
+    fn close_stops_the_preformatting_and_keeps_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksStore::open(dir.path(), &preformat_options(8 << 30)).unwrap();
+        let mut b = Batch::new();
+        b.put(Keyspace::Docs, b"k", b"v");
+        s.write(&b, false).unwrap();
+        let started = std::time::Instant::now();
+        s.close().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        assert!(
+            s.preformat.lock().is_none(),
+            "the pre-formatting thread is joined"
+        );
+        // Still readable; a process would exit here. Leaked, the store is
+        // never dropped (as when a thread still holds it at exit): the
+        // unsynced write above must be in the log already.
+        assert_eq!(
+            s.get(Keyspace::Docs, b"k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
+        std::mem::forget(s);
+        let copy = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != "LOCK" {
+                std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
+            }
+        }
+        let s = RocksStore::open(copy.path(), &preformat_options(0)).unwrap();
+        assert_eq!(
+            s.get(Keyspace::Docs, b"k").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
     }
 
     #[test]

@@ -9,16 +9,58 @@
 //!   same updater (and lock) as queries, so an index is never updated
 //!   twice at once and a query arriving meanwhile waits for that update.
 //! - An index of a database deleted (or created again) since is skipped.
-//! - The thread ends once the registry is dropped.
+//! - The thread ends once the registry is dropped, or at once when its
+//!   [`AutoUpdate`] is dropped (which waits for it: a process about to
+//!   exit stops it first, so no index write runs while the process ends).
 
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use settee_db::Engine;
 use settee_js::JsEngine;
 
 use crate::registry::IndexCache;
+
+/// The running thread; dropping it stops the thread and waits for it (an
+/// index update already under way is finished first).
+pub(crate) struct AutoUpdate {
+    stop: Arc<Stop>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Stop {
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Stop {
+    /// Waits up to `interval`; true once stopped.
+    fn wait(&self, interval: Duration) -> bool {
+        let mut stopped = self.stopped.lock();
+        if !*stopped {
+            self.wake.wait_for(&mut stopped, interval);
+        }
+        *stopped
+    }
+
+    fn is_set(&self) -> bool {
+        *self.stopped.lock()
+    }
+}
+
+impl Drop for AutoUpdate {
+    fn drop(&mut self) {
+        *self.stop.stopped.lock() = true;
+        self.stop.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            // A panicked thread has nothing left to stop.
+            let _ = t.join();
+        }
+    }
+}
 
 /// Starts the thread (see the module doc).
 pub(crate) fn spawn(
@@ -26,11 +68,15 @@ pub(crate) fn spawn(
     engine: Engine,
     js: Arc<JsEngine>,
     interval: Duration,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
+) -> std::io::Result<AutoUpdate> {
+    let stop = Arc::new(Stop::default());
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
         .name("settee-views-auto".into())
         .spawn(move || loop {
-            std::thread::sleep(interval);
+            if flag.wait(interval) {
+                return;
+            }
             let Some(cache) = indexes.upgrade() else {
                 return;
             };
@@ -41,6 +87,9 @@ pub(crate) fn spawn(
                 .collect();
             drop(cache);
             for ((name, created), index) in list {
+                if flag.is_set() {
+                    return;
+                }
                 let Ok(db) = engine.db(&name) else {
                     continue;
                 };
@@ -59,6 +108,9 @@ pub(crate) fn spawn(
                     }
                 }
             }
-        })
-        .map(|_| ())
+        })?;
+    Ok(AutoUpdate {
+        stop,
+        thread: Some(thread),
+    })
 }

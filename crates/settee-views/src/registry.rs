@@ -56,6 +56,8 @@ pub struct Views {
     js: Arc<JsEngine>,
     specs: Mutex<SpecCache>,
     indexes: Arc<Mutex<IndexCache>>,
+    /// The background updates, once started.
+    auto: Mutex<Option<crate::auto::AutoUpdate>>,
 }
 
 impl std::fmt::Debug for Views {
@@ -72,6 +74,7 @@ impl Views {
             js,
             specs: Mutex::new(HashMap::new()),
             indexes: Arc::new(Mutex::new(HashMap::new())),
+            auto: Mutex::new(None),
         }
     }
 
@@ -82,12 +85,23 @@ impl Views {
     /// Starts background updates of the indexes in use (see
     /// [`crate::auto`]), looking every `interval`.
     pub fn start_auto_update(&self, engine: Engine, interval: Duration) -> std::io::Result<()> {
-        crate::auto::spawn(
+        let started = crate::auto::spawn(
             Arc::downgrade(&self.indexes),
             engine,
             Arc::clone(&self.js),
             interval,
-        )
+        )?;
+        // A thread started before stops (outside the lock).
+        let previous = self.auto.lock().replace(started);
+        drop(previous);
+        Ok(())
+    }
+
+    /// Stops the background updates and waits for their thread (an index
+    /// update under way finishes first); a no-op when none run.
+    pub fn stop_auto_update(&self) {
+        let running = self.auto.lock().take();
+        drop(running);
     }
 
     /// The index spec of a design document's current revision.

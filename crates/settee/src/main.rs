@@ -172,6 +172,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
     }
     settee_http::auth::ensure_secret(&config)?;
+    let background = app.clone();
     settee_http::auth::ensure_users_db(&engine)
         .map_err(|e| format!("cannot create the _users database: {e}"))?;
     settee_http::replicator_db::ensure_replicator_db(&engine)
@@ -208,8 +209,15 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // Flush delayed and batched writes; the writers use blocking calls, so
     // this runs outside the runtime.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-    engine.shutdown();
-    result
+    // Nothing may touch the store while the process exits: the background
+    // threads stop first, then the engine flushes and the store closes
+    // (its background work waited for), whatever handles remain.
+    background.stop_background();
+    drop(background);
+    let closed = engine
+        .close()
+        .map_err(|e| format!("cannot close the store: {e}"));
+    result.and(closed)
 }
 
 /// Waits until stdin is closed (or fails).

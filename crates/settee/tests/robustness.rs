@@ -22,10 +22,23 @@ use settee_stress::{HostileOptions, SoakOptions, Target};
 
 use common::{Server, ADMIN};
 
-/// SIGTERM and a bounded wait for a clean exit.
-fn stop(server: Server) {
+/// SIGTERM and a bounded wait for a clean exit; on any other exit, the
+/// end of the server's stderr goes into the failure message.
+fn stop(server: Server, log: &std::path::Path) {
     let status = server.stop();
-    assert!(status.success(), "server exited with {status}");
+    if !status.success() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: String = text
+            .lines()
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        panic!("server exited with {status}; the end of its stderr:\n{tail}");
+    }
 }
 
 fn admin_get(server: &Server, path: &str) -> Value {
@@ -134,7 +147,7 @@ fn hostile_requests_then_soak_then_restart() {
             )
         })
         .collect();
-    stop(server);
+    stop(server, &log);
     let server = Server::start_in_logged(&dir, &[], &log);
     for (db, count) in &dbs_before {
         let info = admin_get(&server, &format!("/{db}"));
@@ -147,7 +160,7 @@ fn hostile_requests_then_soak_then_restart() {
     );
     let panics = settee_stress::procwatch::panics_in(&log).expect("stderr log");
     assert!(panics.is_empty(), "server panicked: {panics:?}");
-    stop(server);
+    stop(server, &log);
     println!(
         "robustness test: {:.1} s in all",
         began.elapsed().as_secs_f64()
