@@ -40,7 +40,7 @@ fn sigterm_flushes_batch_and_delayed_writes() {
 /// that thread and closes the store before it exits. RocksDB's own log
 /// says so ("Shutdown complete" is written by its close); a store left
 /// open at exit, its background threads still running, can abort the
-/// process (it did in CI, SIGABRT after a soak).
+/// process (most likely the SIGABRT CI saw after a soak).
 #[test]
 fn sigterm_closes_the_store_even_with_background_view_updates() {
     let tmp = tempfile::tempdir().unwrap();

@@ -28,15 +28,8 @@ fn stop(server: Server, log: &std::path::Path) {
     let status = server.stop();
     if !status.success() {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let tail: String = text
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
         panic!("server exited with {status}; the end of its stderr:\n{tail}");
     }
 }
