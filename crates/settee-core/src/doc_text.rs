@@ -155,57 +155,13 @@ fn bad_json(e: serde_json::Error) -> DocError {
 /// and the body; `None` for anything else (the general path decides,
 /// errors included).
 fn plain(text: &str) -> Option<(Option<&str>, String)> {
-    let b = text.as_bytes();
-    if b.first() != Some(&b'{') {
-        return None;
-    }
-    // At most MEMBERS members (more go the general way): names seen, and
-    // spans of the members kept in the body, each `"name":value`.
-    const MEMBERS: usize = 32;
-    let mut names: [&str; MEMBERS] = [""; MEMBERS];
-    let mut kept = [(0usize, 0usize); MEMBERS];
-    let (mut n_names, mut n_kept) = (0, 0);
-    let mut id = None;
-    let mut i = 1;
-    if b.get(i) == Some(&b'}') {
-        i += 1;
-    } else {
-        loop {
-            let start = i;
-            let name_end = plain_string(b, i)?;
-            let name = &text[start + 1..name_end - 1];
-            if b.get(name_end) != Some(&b':') {
-                return None;
-            }
-            let value_start = name_end + 1;
-            let end = plain_value(b, value_start, 0)?;
-            if n_names == MEMBERS || names[..n_names].contains(&name) {
-                return None;
-            }
-            names[n_names] = name;
-            n_names += 1;
-            if name == "_id" {
-                if b[value_start] != b'"' {
-                    return None;
-                }
-                id = Some(&text[value_start + 1..end - 1]);
-            } else if name.starts_with('_') {
-                return None;
-            } else {
-                kept[n_kept] = (start, end);
-                n_kept += 1;
-            }
-            match b.get(end) {
-                Some(b',') => i = end + 1,
-                Some(b'}') => {
-                    i = end + 1;
-                    break;
-                }
-                _ => return None,
-            }
-        }
-    }
-    if i != b.len() {
+    let mut kept = [(0usize, 0usize); PLAIN_MEMBERS];
+    let mut n_kept = 0;
+    let (end, id) = scan_plain(text, 0, |span| {
+        kept[n_kept] = span;
+        n_kept += 1;
+    })?;
+    if end != text.len() {
         return None;
     }
     let mut body = String::with_capacity(text.len());
@@ -218,6 +174,71 @@ fn plain(text: &str) -> Option<(Option<&str>, String)> {
     }
     body.push('}');
     Some((id, body))
+}
+
+/// A plain document (see [`plain`]) found at `text[at..]`: where it ends
+/// (just past its `}`; text may follow) and its `_id` (when given).
+/// `None` when no plain document starts at `at`. Every plain document is
+/// valid JSON, nested at most [`PLAIN_DEPTH`] deep.
+pub fn plain_doc_at(text: &str, at: usize) -> Option<(usize, Option<&str>)> {
+    scan_plain(text, at, |_| {})
+}
+
+/// The most members a plain document has (more go the general way).
+const PLAIN_MEMBERS: usize = 32;
+
+/// How deep a plain document nests (the object and its arrays).
+pub const PLAIN_DEPTH: usize = 65;
+
+/// Scans the plain object starting at `text[at]`, handing `kept` the span
+/// (`"name":value`) of each member but `_id`, in order. Returns the end
+/// of the object and the id.
+fn scan_plain(
+    text: &str,
+    at: usize,
+    mut kept: impl FnMut((usize, usize)),
+) -> Option<(usize, Option<&str>)> {
+    let b = text.as_bytes();
+    if b.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut names: [&str; PLAIN_MEMBERS] = [""; PLAIN_MEMBERS];
+    let mut n_names = 0;
+    let mut id = None;
+    let mut i = at + 1;
+    if b.get(i) == Some(&b'}') {
+        return Some((i + 1, None));
+    }
+    loop {
+        let start = i;
+        let name_end = plain_string(b, i)?;
+        let name = &text[start + 1..name_end - 1];
+        if b.get(name_end) != Some(&b':') {
+            return None;
+        }
+        let value_start = name_end + 1;
+        let end = plain_value(b, value_start, 0)?;
+        if n_names == PLAIN_MEMBERS || names[..n_names].contains(&name) {
+            return None;
+        }
+        names[n_names] = name;
+        n_names += 1;
+        if name == "_id" {
+            if b[value_start] != b'"' {
+                return None;
+            }
+            id = Some(&text[value_start + 1..end - 1]);
+        } else if name.starts_with('_') {
+            return None;
+        } else {
+            kept((start, end));
+        }
+        match b.get(end) {
+            Some(b',') => i = end + 1,
+            Some(b'}') => return Some((end + 1, id)),
+            _ => return None,
+        }
+    }
 }
 
 /// The end (past the closing quote) of a string without escapes or
@@ -256,7 +277,7 @@ fn plain_value(b: &[u8], i: usize, depth: usize) -> Option<usize> {
                 && prints_as_written(&b[i..end]);
             ok.then_some(end)
         }
-        b'[' if depth < 64 => {
+        b'[' if depth + 1 < PLAIN_DEPTH => {
             let mut j = i + 1;
             if b.get(j) == Some(&b']') {
                 return Some(j + 1);

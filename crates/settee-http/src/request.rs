@@ -7,7 +7,9 @@
 //!   decompression): such requests fail with 413 and change nothing.
 //! - A body that takes longer than [`BODY_READ_TIMEOUT`] to arrive fails
 //!   with 408 (slow clients cannot hold a handler forever).
-//! - JSON deeper than [`MAX_JSON_DEPTH`] is refused before parsing.
+//! - JSON deeper than [`MAX_JSON_DEPTH`] is refused before parsing (a
+//!   `_bulk_docs` body read the plain way is shallow by construction and
+//!   skips the scan).
 //! - After the handler, [`Req::settle_body`] reads and drops what the
 //!   handler left unread (bounded by [`DRAIN_MAX`] and [`DRAIN_TIMEOUT`]),
 //!   so an error answered before the body arrived leaves the keep-alive
@@ -368,10 +370,17 @@ impl Req {
     /// The body of a JSON request, checked for content type, size and
     /// nesting depth but not parsed (for callers that parse it lazily).
     pub async fn json_bytes(&mut self) -> ApiResult<Bytes> {
-        self.require_json_ctype()?;
-        let bytes = self.body_bytes().await?;
+        let bytes = self.json_bytes_depth_unchecked().await?;
         check_depth(&bytes)?;
         Ok(bytes)
+    }
+
+    /// [`Req::json_bytes`] without the depth check: the caller runs
+    /// [`check_depth`] itself before parsing anything that could nest
+    /// deeper (`_bulk_docs` skips it for bodies it knows are shallow).
+    pub async fn json_bytes_depth_unchecked(&mut self) -> ApiResult<Bytes> {
+        self.require_json_ctype()?;
+        self.body_bytes().await
     }
 
     /// The durability a write asks for: `batch=ok`, then the

@@ -43,7 +43,7 @@ use super::doc::push_open_rev;
 use crate::auth::{require_db_reader, require_db_writer, require_design_writer, write_ctx};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{json_response, push_rev, push_str, Extras};
-use crate::request::{body_error, local_parts, parse_id_revs, Req};
+use crate::request::{body_error, check_depth, local_parts, parse_id_revs, Req};
 use crate::state::App;
 
 /// The outcome of one document of a `_bulk_docs` request.
@@ -335,9 +335,9 @@ fn parse_doc(
 async fn users_db_docs(
     req: &Req,
     db: &settee_db::Database,
-    docs: &[&RawValue],
+    docs: &[&str],
 ) -> ApiResult<Vec<(Box<RawValue>, ApiResult<()>)>> {
-    let texts: Vec<String> = docs.iter().map(|d| d.get().to_string()).collect();
+    let texts: Vec<String> = docs.iter().map(|d| (*d).to_string()).collect();
     let user = req.user.clone();
     let sec = crate::auth::db_security(req).into_owned();
     let db = db.clone();
@@ -370,16 +370,16 @@ async fn users_db_docs(
 fn replicator_db_docs(
     req: &Req,
     db: &settee_db::Database,
-    docs: &[&RawValue],
+    docs: &[&str],
 ) -> ApiResult<Vec<(Box<RawValue>, ApiResult<()>)>> {
     docs.iter()
         .map(|raw| {
-            let text = match serde_json::from_str(raw.get()).map_err(body_error)? {
+            let text = match serde_json::from_str(raw).map_err(body_error)? {
                 Value::Object(m) => {
                     let m = crate::replicator_db::before_write(&req.user, db, m, true)?;
                     Value::Object(m).to_string()
                 }
-                _ => raw.get().to_string(),
+                _ => (*raw).to_string(),
             };
             Ok((RawValue::from_string(text).map_err(body_error)?, Ok(())))
         })
@@ -390,16 +390,24 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     allow(req, &[Method::POST], "POST")?;
     require_db_writer(req)?;
     let db = app.db(name)?;
-    let bytes = req.json_bytes().await?;
+    // The depth check is left to the general reading: a plain body (see
+    // `BulkBody::parse_plain`) is shallow.
+    let bytes = req.json_bytes_depth_unchecked().await?;
     // The documents stay raw text until each is turned into a `Doc` (see
     // `Doc::from_json_text`).
-    let body = BulkBody::parse(&bytes).map_err(|e| {
-        if e.is_data() {
-            ApiError::bad_request("Request body must be a JSON object")
-        } else {
-            ApiError::invalid_json()
+    let body = match BulkBody::parse_plain(&bytes) {
+        Some(body) => body,
+        None => {
+            check_depth(&bytes)?;
+            BulkBody::parse(&bytes).map_err(|e| {
+                if e.is_data() {
+                    ApiError::bad_request("Request body must be a JSON object")
+                } else {
+                    ApiError::invalid_json()
+                }
+            })?
         }
-    })?;
+    };
     let docs = match (body.docs, body.docs_given) {
         (Some(docs), _) => docs,
         (None, false) => {
@@ -409,8 +417,8 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         }
         (None, true) => return Err(ApiError::bad_request("`docs` parameter must be an array.")),
     };
-    let flag = |raw: Option<&RawValue>| -> ApiResult<Option<Value>> {
-        raw.map(|v| serde_json::from_str(v.get()))
+    let flag = |raw: Option<&str>| -> ApiResult<Option<Value>> {
+        raw.map(serde_json::from_str)
             .transpose()
             .map_err(body_error)
     };
@@ -443,10 +451,12 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     } else if crate::replicator_db::is_replicator_db(name) && new_edits {
         checked = replicator_db_docs(req, &db, &docs)?;
     }
-    let docs: Vec<&RawValue> = if checked.is_empty() {
+    // Rewritten documents are judged afresh.
+    let plain = body.plain && checked.is_empty();
+    let docs: Vec<&str> = if checked.is_empty() {
         docs
     } else {
-        checked.iter().map(|(d, _)| d.as_ref()).collect()
+        checked.iter().map(|(d, _)| d.get()).collect()
     };
     let users_refused = checked.iter().any(|(_, v)| v.is_err());
     let mut place = Placement {
@@ -474,9 +484,8 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         && new_edits
         && !all_or_nothing
         && docs.len() > chunk
-        && docs
-            .iter()
-            .all(|d| cannot_fail(d.get()) && d.get().len() as u64 <= max_size)
+        && (plain || docs.iter().all(|d| cannot_fail(d)))
+        && docs.iter().all(|d| d.len() as u64 <= max_size)
     {
         // No document can be refused as malformed: each chunk goes to the
         // writer as soon as it is parsed, and parsing the next overlaps
@@ -490,7 +499,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             let mut out = Vec::with_capacity(chunk);
             while out.len() < chunk {
                 let Some(raw) = raws.next() else { break };
-                match parse_doc(app, raw.get(), max_size, partitioned, true) {
+                match parse_doc(app, raw, max_size, partitioned, true) {
                     Ok(p) => out.extend(place.place(p)),
                     Err(e) => return Some(Err(BulkError::Api(e))),
                 }
@@ -503,7 +512,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         let parsed = docs
             .iter()
             .map(|raw| {
-                let p = parse_doc(app, raw.get(), max_size, partitioned, false)?;
+                let p = parse_doc(app, raw, max_size, partitioned, false)?;
                 let has_rev = match &p {
                     Parsed::Local(_, rev, _) => rev.is_some(),
                     Parsed::Doc(doc) => doc.rev.is_some(),

@@ -1,34 +1,127 @@
 //! The top level of a `_bulk_docs` body, read in one pass: the documents
 //! stay raw text (each is parsed later, on its own), the flags unparsed.
 //!
-//! Invariant: the result is what parsing the body as an object of raw
-//! members, and then its `docs` member as an array of raw values, would
-//! give — a repeated member counts once (the last, as in a map), other
-//! members are ignored, a body that is not an object is an error (a data
-//! error, told apart from malformed JSON), and a `docs` that is not an
-//! array reads as `None` with `docs_given` set. One tokenizing pass over
-//! the documents instead of two (the body is most of a request's bytes).
+//! Invariants:
+//! - The result is what parsing the body as an object of raw members, and
+//!   then its `docs` member as an array of raw values, would give — a
+//!   repeated member counts once (the last, as in a map), other members
+//!   are ignored, a body that is not an object is an error (a data error,
+//!   told apart from malformed JSON), and a `docs` that is not an array
+//!   reads as `None` with `docs_given` set. One tokenizing pass over the
+//!   documents instead of two (the body is most of a request's bytes).
+//! - [`BulkBody::parse_plain`] reads the commonest body (compact, every
+//!   document plain: see `settee_core::doc_text::plain_doc_at`) in one
+//!   pass of its own, which also stands for the depth check and for the
+//!   judgement that no document can fail to parse (`plain`); it answers
+//!   `None` for anything else, never an error, and where it answers, it
+//!   answers what [`BulkBody::parse`] would.
 
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use settee_core::doc_text::plain_doc_at;
+use settee_core::name::{validate_doc_id, DocKind};
 
 /// The members of a `_bulk_docs` body that the endpoint reads.
 #[derive(Debug, Default)]
 pub struct BulkBody<'a> {
     /// The documents' text; `None` when absent or not an array.
-    pub docs: Option<Vec<&'a RawValue>>,
+    pub docs: Option<Vec<&'a str>>,
     /// Whether the body has a `docs` member at all (an array or not).
     pub docs_given: bool,
-    pub new_edits: Option<&'a RawValue>,
-    pub all_or_nothing: Option<&'a RawValue>,
+    pub new_edits: Option<&'a str>,
+    pub all_or_nothing: Option<&'a str>,
+    /// Every document is plain with an ordinary id or none: it cannot fail
+    /// to parse (set by [`BulkBody::parse_plain`] only).
+    pub plain: bool,
 }
 
 impl<'a> BulkBody<'a> {
     pub fn parse(bytes: &'a [u8]) -> serde_json::Result<BulkBody<'a>> {
         serde_json::from_slice(bytes)
     }
+
+    /// The body read in one pass when it is compact, its members are
+    /// `docs` (every document plain, with an ordinary id or none),
+    /// `new_edits` and `all_or_nothing` (`true` or `false`), each at most
+    /// once; `None` otherwise.
+    pub fn parse_plain(bytes: &'a [u8]) -> Option<BulkBody<'a>> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let b = text.as_bytes();
+        let mut body = BulkBody {
+            plain: true,
+            ..BulkBody::default()
+        };
+        if b.first() != Some(&b'{') {
+            return None;
+        }
+        let mut i = 1;
+        loop {
+            let rest = &text[i..];
+            if let Some(after) = rest.strip_prefix("\"docs\":[") {
+                if body.docs_given {
+                    return None;
+                }
+                i = text.len() - after.len();
+                body.docs = Some(plain_docs(text, &mut i)?);
+                body.docs_given = true;
+            } else if let Some(after) = rest.strip_prefix("\"new_edits\":") {
+                let (value, n) = literal(after)?;
+                if body.new_edits.replace(value).is_some() {
+                    return None;
+                }
+                i = text.len() - after.len() + n;
+            } else if let Some(after) = rest.strip_prefix("\"all_or_nothing\":") {
+                let (value, n) = literal(after)?;
+                if body.all_or_nothing.replace(value).is_some() {
+                    return None;
+                }
+                i = text.len() - after.len() + n;
+            } else {
+                return None;
+            }
+            match b.get(i) {
+                Some(b',') => i += 1,
+                Some(b'}') if i + 1 == b.len() => return Some(body),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// The plain documents of the array whose first element is at `text[*i]`,
+/// moving `i` past its `]`.
+fn plain_docs<'a>(text: &'a str, i: &mut usize) -> Option<Vec<&'a str>> {
+    let b = text.as_bytes();
+    let mut docs = Vec::with_capacity(b.len() / 64);
+    if b.get(*i) == Some(&b']') {
+        *i += 1;
+        return Some(docs);
+    }
+    loop {
+        let (end, id) = plain_doc_at(text, *i)?;
+        if let Some(id) = id {
+            if !matches!(validate_doc_id(id), Ok(DocKind::Normal)) {
+                return None;
+            }
+        }
+        docs.push(&text[*i..end]);
+        *i = end + 1;
+        match b.get(end) {
+            Some(b',') => {}
+            Some(b']') => return Some(docs),
+            _ => return None,
+        }
+    }
+}
+
+/// `true` or `false` at the start of `text`: the literal and its length.
+fn literal(text: &str) -> Option<(&str, usize)> {
+    ["true", "false"]
+        .into_iter()
+        .find(|l| text.starts_with(l))
+        .map(|l| (l, l.len()))
 }
 
 enum Field {
@@ -60,7 +153,7 @@ impl<'de> Deserialize<'de> for Field {
 }
 
 /// The `docs` member: an array of raw documents, or anything else.
-struct Docs<'a>(Option<Vec<&'a RawValue>>);
+struct Docs<'a>(Option<Vec<&'a str>>);
 
 impl<'de> Deserialize<'de> for Docs<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Docs<'de>, D::Error> {
@@ -73,7 +166,7 @@ impl<'de> Deserialize<'de> for Docs<'de> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Docs<'de>, A::Error> {
                 let mut docs = Vec::with_capacity(s.size_hint().unwrap_or(0));
                 while let Some(doc) = s.next_element::<&'de RawValue>()? {
-                    docs.push(doc);
+                    docs.push(doc.get());
                 }
                 Ok(Docs(Some(docs)))
             }
@@ -120,8 +213,12 @@ impl<'de> Deserialize<'de> for BulkBody<'de> {
                             body.docs = m.next_value::<Docs<'de>>()?.0;
                             body.docs_given = true;
                         }
-                        Field::NewEdits => body.new_edits = Some(m.next_value()?),
-                        Field::AllOrNothing => body.all_or_nothing = Some(m.next_value()?),
+                        Field::NewEdits => {
+                            body.new_edits = Some(m.next_value::<&'de RawValue>()?.get());
+                        }
+                        Field::AllOrNothing => {
+                            body.all_or_nothing = Some(m.next_value::<&'de RawValue>()?.get());
+                        }
                         Field::Other => {
                             m.next_value::<IgnoredAny>()?;
                         }
@@ -163,13 +260,29 @@ mod tests {
         ))
     }
 
-    fn one_pass(text: &str) -> Found {
-        let b = BulkBody::parse(text.as_bytes()).map_err(|_| ())?;
-        let docs = b
-            .docs
-            .map(|v| v.iter().map(|r| r.get().to_string()).collect());
-        let raw = |r: Option<&RawValue>| r.map(|r| r.get().to_string());
+    fn found(b: BulkBody<'_>) -> Found {
+        let docs = b.docs.map(|v| v.iter().map(|r| (*r).to_string()).collect());
+        let raw = |r: Option<&str>| r.map(str::to_string);
         Ok((docs, b.docs_given, raw(b.new_edits), raw(b.all_or_nothing)))
+    }
+
+    fn one_pass(text: &str) -> Found {
+        found(BulkBody::parse(text.as_bytes()).map_err(|_| ())?)
+    }
+
+    /// What the plain reading finds, checked against the general one
+    /// wherever it answers; `None` where it does not.
+    fn plain_pass(text: &str) -> Option<Found> {
+        let b = BulkBody::parse_plain(text.as_bytes())?;
+        assert!(b.plain);
+        // A plain body passes the depth check.
+        assert!(
+            crate::request::check_depth(text.as_bytes()).is_ok(),
+            "{text}"
+        );
+        let f = found(b);
+        assert_eq!(f, one_pass(text), "{text}");
+        Some(f)
     }
 
     #[test]
@@ -250,6 +363,99 @@ mod tests {
             }
             text.push('}');
             prop_assert_eq!(one_pass(&text), two_pass(&text), "{}", text);
+            plain_pass(&text);
         }
+
+        /// Plain-looking bodies, some with one byte changed: wherever the
+        /// plain reading answers, it answers as the general one, and every
+        /// document it lets through parses.
+        #[test]
+        fn plain_reading_agrees_and_its_documents_parse(
+            docs in prop::collection::vec(
+                (prop::option::of(prop_oneof![
+                    "[a-z0-9]{1,4}",
+                    Just("_design/d".to_string()),
+                    Just("_local/l".to_string()),
+                    Just("_x".to_string()),
+                ]), prop::collection::vec(("[a-z_]{1,3}", value()), 0..3)),
+                0..4,
+            ),
+            flags in prop::collection::vec(
+                (prop_oneof![Just("new_edits"), Just("all_or_nothing")], any::<bool>()),
+                0..3,
+            ),
+            edit in prop::option::of((any::<prop::sample::Index>(), prop::sample::select(
+                vec![' ', '"', '\\', ',', ':', '{', '}', '[', ']', '0', 'x', '_'],
+            ))),
+        ) {
+            let docs: Vec<String> = docs
+                .into_iter()
+                .map(|(id, members)| {
+                    let mut parts: Vec<String> = id
+                        .map(|id| format!("\"_id\":{}", json!(id)))
+                        .into_iter()
+                        .collect();
+                    parts.extend(members.iter().map(|(k, v)| format!("{}:{v}", json!(k))));
+                    format!("{{{}}}", parts.join(","))
+                })
+                .collect();
+            let mut members = vec![format!("\"docs\":[{}]", docs.join(","))];
+            members.extend(flags.iter().map(|(k, v)| format!("\"{k}\":{v}")));
+            let mut text = format!("{{{}}}", members.join(","));
+            if let Some((at, c)) = edit {
+                let i = at.index(text.len());
+                if text.is_char_boundary(i) {
+                    text.insert(i, c);
+                }
+            }
+            if let Some(Ok((Some(docs), ..))) = plain_pass(&text) {
+                for d in docs {
+                    let doc = settee_core::doc::Doc::from_json_text(&d, || "gen".into());
+                    prop_assert!(doc.is_ok(), "{}", d);
+                    let id = doc.unwrap().id;
+                    prop_assert!(
+                        matches!(validate_doc_id(&id), Ok(DocKind::Normal)),
+                        "{}", d
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plain_bodies_read_in_one_pass() {
+        let yes = [
+            r#"{"docs":[{"_id":"a","foo":"bar"},{"x":[1,null]}]}"#,
+            r#"{"docs":[]}"#,
+            r#"{"new_edits":true,"docs":[{}],"all_or_nothing":false}"#,
+            r#"{"new_edits":false}"#,
+        ];
+        for text in yes {
+            assert!(plain_pass(text).is_some(), "{text}");
+        }
+        let no = [
+            r#"{"docs":[{"_id":"_design/a"}]}"#,
+            r#"{"docs":[{"_id":"_local/a"}]}"#,
+            r#"{"docs":[{"_id":"_a"}]}"#,
+            r#"{"docs":[{"_rev":"1-a"}]}"#,
+            r#"{"docs":[{"a":1.5}]}"#,
+            r#"{"docs":[{"a":{"b":1}}]}"#,
+            r#"{"docs":[{"a":1}] }"#,
+            "{\"docs\":[{\"a\":1}]}\n",
+            r#"{"docs":[{"a":1},]}"#,
+            r#"{"docs":[{"a":1}],"docs":[]}"#,
+            r#"{"docs":[1]}"#,
+            r#"{"docs":"x"}"#,
+            r#"{"new_edits":"true","docs":[]}"#,
+            r#"{"new_edits":true,"new_edits":false}"#,
+            r#"{"other":1,"docs":[]}"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#"{"docs":[{"a":"\u0041"}]}"#,
+        ];
+        for text in no {
+            assert!(plain_pass(text).is_none(), "{text}");
+        }
+        assert!(BulkBody::parse_plain(b"{\"docs\":[{\"a\":\"\xff\"}]}").is_none());
     }
 }

@@ -22,7 +22,6 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
-use serde_json::value::RawValue;
 use settee_core::name::{
     validate_doc_id, validate_partition, validate_partitioned_doc_id, DocKind,
 };
@@ -56,12 +55,12 @@ struct IdOnly<'a> {
 /// partitioned id (none at all: a generated one has no partition) fails
 /// the whole request, as in CouchDB. Ids that are not strings, and
 /// bodies that are not objects, are left to the parse that follows.
-pub fn check_bulk_ids(db: &Database, docs: &[&RawValue]) -> ApiResult<()> {
+pub fn check_bulk_ids(db: &Database, docs: &[&str]) -> ApiResult<()> {
     if !db.partitioned() {
         return Ok(());
     }
     for raw in docs {
-        match serde_json::from_str::<IdOnly<'_>>(raw.get()) {
+        match serde_json::from_str::<IdOnly<'_>>(raw) {
             Ok(IdOnly { id: Some(id) }) => {
                 validate_partitioned_doc_id(&id)?;
             }
