@@ -8,9 +8,11 @@
 //! already what serializing the parsed value would print (no whitespace,
 //! escapes, floats or nested objects); anything else is parsed and
 //! re-serialized, and a document with a repeated member falls back to the
-//! `Value` path altogether. The commonest shape of all (see `plain`: flat,
-//! compact, only a string `_id` special) is recognised in one pass over
-//! the bytes, its body cut straight from the text.
+//! `Value` path altogether. The commonest shape of all (see [`PlainDoc`]:
+//! flat, compact, only a string `_id` special) is recognised in one pass
+//! over the bytes, its body cut straight from the text; a `PlainDoc`
+//! scanned in a larger text (a `_bulk_docs` body) becomes a document
+//! without a second scan ([`Doc::from_plain`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -146,42 +148,21 @@ fn bad_json(e: serde_json::Error) -> DocError {
     DocError::BadRequest(format!("Invalid document: {e}"))
 }
 
-/// The plain shape most `_bulk_docs` documents have, recognised in one
-/// pass over the bytes: an object with no whitespace outside strings, no
-/// escapes, no nested objects, only integers of at most 18 characters
-/// (not `-0`), distinct member names and no special member but a string
-/// `_id`. Every such text is valid JSON and already canonical, so the
-/// body is the text without its `_id` member. Returns the id (when given)
-/// and the body; `None` for anything else (the general path decides,
-/// errors included).
-fn plain(text: &str) -> Option<(Option<&str>, String)> {
-    let mut kept = [(0usize, 0usize); PLAIN_MEMBERS];
-    let mut n_kept = 0;
-    let (end, id) = scan_plain(text, 0, |span| {
-        kept[n_kept] = span;
-        n_kept += 1;
-    })?;
-    if end != text.len() {
-        return None;
-    }
-    let mut body = String::with_capacity(text.len());
-    body.push('{');
-    for (n, &(from, to)) in kept[..n_kept].iter().enumerate() {
-        if n > 0 {
-            body.push(',');
-        }
-        body.push_str(&text[from..to]);
-    }
-    body.push('}');
-    Some((id, body))
-}
-
-/// A plain document (see [`plain`]) found at `text[at..]`: where it ends
-/// (just past its `}`; text may follow) and its `_id` (when given).
-/// `None` when no plain document starts at `at`. Every plain document is
-/// valid JSON, nested at most [`PLAIN_DEPTH`] deep.
-pub fn plain_doc_at(text: &str, at: usize) -> Option<(usize, Option<&str>)> {
-    scan_plain(text, at, |_| {})
+/// A document of the plain shape most `_bulk_docs` documents have,
+/// recognised in one pass over the bytes: an object with no whitespace
+/// outside strings, no escapes, no nested objects, only integers of at
+/// most 18 characters (not `-0`), distinct member names and no special
+/// member but a string `_id`. Every such text is valid JSON and already
+/// canonical, so the body is the text without its `_id` member (and one
+/// comma beside it), the span kept in `cut`. Anything else goes the
+/// general way, errors included.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainDoc<'a> {
+    text: &'a str,
+    /// The `_id` value's text between its quotes.
+    id: Option<(u32, u32)>,
+    /// What the body lacks of the text: `text[cut.0..cut.1]`.
+    cut: (u32, u32),
 }
 
 /// The most members a plain document has (more go the general way).
@@ -190,54 +171,95 @@ const PLAIN_MEMBERS: usize = 32;
 /// How deep a plain document nests (the object and its arrays).
 pub const PLAIN_DEPTH: usize = 65;
 
-/// Scans the plain object starting at `text[at]`, handing `kept` the span
-/// (`"name":value`) of each member but `_id`, in order. Returns the end
-/// of the object and the id.
-fn scan_plain(
-    text: &str,
-    at: usize,
-    mut kept: impl FnMut((usize, usize)),
-) -> Option<(usize, Option<&str>)> {
-    let b = text.as_bytes();
-    if b.get(at) != Some(&b'{') {
-        return None;
-    }
-    let mut names: [&str; PLAIN_MEMBERS] = [""; PLAIN_MEMBERS];
-    let mut n_names = 0;
-    let mut id = None;
-    let mut i = at + 1;
-    if b.get(i) == Some(&b'}') {
-        return Some((i + 1, None));
-    }
-    loop {
-        let start = i;
-        let name_end = plain_string(b, i)?;
-        let name = &text[start + 1..name_end - 1];
-        if b.get(name_end) != Some(&b':') {
+impl<'a> PlainDoc<'a> {
+    /// The plain document starting at `text[at]` (text may follow it);
+    /// `None` when none starts there. Every plain document is valid JSON,
+    /// nested at most [`PLAIN_DEPTH`] deep.
+    pub fn at(text: &'a str, at: usize) -> Option<PlainDoc<'a>> {
+        let b = text.as_bytes().get(at..)?;
+        // Offsets within the document fit u32 (texts that long go the
+        // general way).
+        let text = &text[at..at + b.len().min(u32::MAX as usize)];
+        let b = text.as_bytes();
+        if b.first() != Some(&b'{') {
             return None;
         }
-        let value_start = name_end + 1;
-        let end = plain_value(b, value_start, 0)?;
-        if n_names == PLAIN_MEMBERS || names[..n_names].contains(&name) {
-            return None;
+        let mut names: [&str; PLAIN_MEMBERS] = [""; PLAIN_MEMBERS];
+        let mut n_names = 0;
+        let mut id = None;
+        let mut cut = (0, 0);
+        let mut i = 1;
+        if b.get(i) == Some(&b'}') {
+            return Some(PlainDoc {
+                text: &text[..2],
+                id,
+                cut,
+            });
         }
-        names[n_names] = name;
-        n_names += 1;
-        if name == "_id" {
-            if b[value_start] != b'"' {
+        loop {
+            let start = i;
+            let name_end = plain_string(b, i)?;
+            let name = &text[start + 1..name_end - 1];
+            if b.get(name_end) != Some(&b':') {
                 return None;
             }
-            id = Some(&text[value_start + 1..end - 1]);
-        } else if name.starts_with('_') {
-            return None;
-        } else {
-            kept((start, end));
+            let value_start = name_end + 1;
+            let end = plain_value(b, value_start, 0)?;
+            if n_names == PLAIN_MEMBERS || names[..n_names].contains(&name) {
+                return None;
+            }
+            names[n_names] = name;
+            n_names += 1;
+            let next = b.get(end).copied();
+            if name == "_id" {
+                if b[value_start] != b'"' {
+                    return None;
+                }
+                id = Some((value_start as u32 + 1, end as u32 - 1));
+                let (start, end) = (start as u32, end as u32);
+                cut = match next {
+                    // Members follow: the comma after it goes.
+                    Some(b',') => (start, end + 1),
+                    // The only member.
+                    _ if start == 1 => (start, end),
+                    // The last of several: the comma before it goes.
+                    _ => (start - 1, end),
+                };
+            } else if name.starts_with('_') {
+                return None;
+            }
+            match next {
+                Some(b',') => i = end + 1,
+                Some(b'}') => {
+                    return Some(PlainDoc {
+                        text: &text[..end + 1],
+                        id,
+                        cut,
+                    })
+                }
+                _ => return None,
+            }
         }
-        match b.get(end) {
-            Some(b',') => i = end + 1,
-            Some(b'}') => return Some((end + 1, id)),
-            _ => return None,
-        }
+    }
+
+    /// The document's text.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// The `_id` given, if any.
+    pub fn id(&self) -> Option<&'a str> {
+        self.id
+            .map(|(from, to)| &self.text[from as usize..to as usize])
+    }
+
+    /// The body: the text without its `_id` member.
+    fn body(&self) -> String {
+        let (from, to) = (self.cut.0 as usize, self.cut.1 as usize);
+        let mut body = String::with_capacity(self.text.len() - (to - from));
+        body.push_str(&self.text[..from]);
+        body.push_str(&self.text[to..]);
+        body
     }
 }
 
@@ -247,15 +269,30 @@ fn plain_string(b: &[u8], i: usize) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let len = memchr::memchr(b'"', &b[i + 1..])?;
-    let inner = &b[i + 1..i + 1 + len];
-    if inner.iter().any(|&c| c < 0x20 || c == b'\\') {
+    let rest = &b[i + 1..];
+    // Member names and ids are short: a byte loop finds their end sooner
+    // than a `memchr` call and a second pass over the bytes.
+    for (j, &c) in rest.iter().take(SHORT_STRING).enumerate() {
+        match c {
+            b'"' => return Some(i + j + 2),
+            b'\\' | 0..=0x1f => return None,
+            _ => {}
+        }
+    }
+    let len = SHORT_STRING + memchr::memchr(b'"', rest.get(SHORT_STRING..)?)?;
+    if rest[SHORT_STRING..len]
+        .iter()
+        .any(|&c| c < 0x20 || c == b'\\')
+    {
         return None;
     }
     Some(i + len + 2)
 }
 
-/// The end of a plain value (see [`plain`]) starting at `i`: a plain
+/// Strings up to this long are scanned byte by byte (see [`plain_string`]).
+const SHORT_STRING: usize = 24;
+
+/// The end of a plain value (see [`PlainDoc`]) starting at `i`: a plain
 /// string, a canonical integer, a literal or an array of plain values.
 fn plain_value(b: &[u8], i: usize, depth: usize) -> Option<usize> {
     match *b.get(i)? {
@@ -304,16 +341,25 @@ fn value_path(text: &str, fallback_id: impl FnOnce() -> String) -> Result<Doc, D
 }
 
 impl Doc {
+    /// The document a [`PlainDoc`] denotes: what [`Doc::from_json_text`]
+    /// returns for its text, without scanning it again.
+    pub fn from_plain(
+        doc: PlainDoc<'_>,
+        fallback_id: impl FnOnce() -> String,
+    ) -> Result<Doc, DocError> {
+        let id = doc.id().map(|s| Value::String(s.to_string()));
+        let specials = Specials::lift_with_id(id, &mut Map::new(), fallback_id)?;
+        Ok(specials.into_doc(Body::from_built(doc.body())))
+    }
+
     /// [`Doc::from_json`] of the JSON text `text`, without building the
     /// body's value tree when it can (see the module doc).
     pub fn from_json_text(
         text: &str,
         fallback_id: impl FnOnce() -> String,
     ) -> Result<Doc, DocError> {
-        if let Some((id, body)) = plain(text) {
-            let id = id.map(|s| Value::String(s.to_string()));
-            let specials = Specials::lift_with_id(id, &mut Map::new(), fallback_id)?;
-            return Ok(specials.into_doc(Body::from_built(body)));
+        if let Some(doc) = PlainDoc::at(text, 0).filter(|d| d.text.len() == text.len()) {
+            return Doc::from_plain(doc, fallback_id);
         }
         let members = match serde_json::from_str::<Members<'_>>(text) {
             Ok(m) if !m.has_repeated_name() => m,
@@ -370,6 +416,12 @@ impl Doc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The id and body of `text` if it is one plain document.
+    fn plain(text: &str) -> Option<(Option<&str>, String)> {
+        let doc = PlainDoc::at(text, 0)?;
+        (doc.text.len() == text.len()).then(|| (doc.id(), doc.body()))
+    }
     use proptest::prelude::*;
 
     fn both(text: &str) -> (Result<Doc, DocError>, Result<Doc, DocError>) {
@@ -451,7 +503,30 @@ mod tests {
         }
     }
 
-    /// A value of the shapes [`plain`] accepts, and a few it does not.
+    #[test]
+    fn long_strings_are_checked_past_the_byte_loop() {
+        for len in [0, 1, SHORT_STRING - 1, SHORT_STRING, SHORT_STRING + 1, 200] {
+            let s = "x".repeat(len);
+            let text = format!(r#"{{"_id":"{s}","{s}":"{s}"}}"#);
+            let (fast, slow) = both(&text);
+            assert_eq!(fast, slow, "{text}");
+            if len > 0 {
+                assert!(plain(&text).is_some(), "{text}");
+            }
+            for bad in ["\\n", "\u{1}", "\""] {
+                for at in [0, len / 2, len] {
+                    let mut v = s.clone();
+                    v.insert_str(at, bad);
+                    let text = format!(r#"{{"a":"{v}"}}"#);
+                    assert_eq!(plain(&text), None, "{text:?}");
+                    let (fast, slow) = both(&text);
+                    assert_eq!(fast, slow, "{text:?}");
+                }
+            }
+        }
+    }
+
+    /// A value of the shapes [`PlainDoc`] accepts, and a few it does not.
     fn plainish_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),

@@ -452,7 +452,7 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         checked = replicator_db_docs(req, &db, &docs)?;
     }
     // Rewritten documents are judged afresh.
-    let plain = body.plain && checked.is_empty();
+    let plain = body.plain.filter(|_| checked.is_empty());
     let docs: Vec<&str> = if checked.is_empty() {
         docs
     } else {
@@ -484,27 +484,34 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         && new_edits
         && !all_or_nothing
         && docs.len() > chunk
-        && (plain || docs.iter().all(|d| cannot_fail(d)))
+        && (plain.is_some() || docs.iter().all(|d| cannot_fail(d)))
         && docs.iter().all(|d| d.len() as u64 <= max_size)
     {
         // No document can be refused as malformed: each chunk goes to the
         // writer as soon as it is parsed, and parsing the next overlaps
         // writing it.
-        let mut raws = docs.iter();
+        let mut next = 0;
         let place = &mut place;
         db.update_chunks_async(opts, || {
-            if raws.len() == 0 {
+            if next == docs.len() {
                 return None;
             }
             let mut out = Vec::with_capacity(chunk);
-            while out.len() < chunk {
-                let Some(raw) = raws.next() else { break };
-                match parse_doc(app, raw, max_size, partitioned, true) {
+            while out.len() < chunk && next < docs.len() {
+                let parsed = match &plain {
+                    // Scanned already: not again.
+                    Some(plain) => Doc::from_plain(plain[next], || app.new_uuid())
+                        .map(Parsed::Doc)
+                        .map_err(ApiError::from),
+                    None => parse_doc(app, docs[next], max_size, partitioned, true),
+                };
+                next += 1;
+                match parsed {
                     Ok(p) => out.extend(place.place(p)),
                     Err(e) => return Some(Err(BulkError::Api(e))),
                 }
             }
-            Some(Ok((out, raws.len() == 0)))
+            Some(Ok((out, next == docs.len())))
         })
         .await
     } else {

@@ -10,7 +10,7 @@
 //!   reads as `None` with `docs_given` set. One tokenizing pass over the
 //!   documents instead of two (the body is most of a request's bytes).
 //! - [`BulkBody::parse_plain`] reads the commonest body (compact, every
-//!   document plain: see `settee_core::doc_text::plain_doc_at`) in one
+//!   document plain: see `settee_core::doc_text::PlainDoc`) in one
 //!   pass of its own, which also stands for the depth check and for the
 //!   judgement that no document can fail to parse (`plain`); it answers
 //!   `None` for anything else, never an error, and where it answers, it
@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use settee_core::doc_text::plain_doc_at;
+use settee_core::doc_text::PlainDoc;
 use settee_core::name::{validate_doc_id, DocKind};
 
 /// The members of a `_bulk_docs` body that the endpoint reads.
@@ -32,9 +32,10 @@ pub struct BulkBody<'a> {
     pub docs_given: bool,
     pub new_edits: Option<&'a str>,
     pub all_or_nothing: Option<&'a str>,
-    /// Every document is plain with an ordinary id or none: it cannot fail
-    /// to parse (set by [`BulkBody::parse_plain`] only).
-    pub plain: bool,
+    /// The documents scanned, when every one is plain with an ordinary id
+    /// or none: none can fail to parse (set by [`BulkBody::parse_plain`]
+    /// only; `docs` holds their texts).
+    pub plain: Option<Vec<PlainDoc<'a>>>,
 }
 
 impl<'a> BulkBody<'a> {
@@ -49,10 +50,7 @@ impl<'a> BulkBody<'a> {
     pub fn parse_plain(bytes: &'a [u8]) -> Option<BulkBody<'a>> {
         let text = std::str::from_utf8(bytes).ok()?;
         let b = text.as_bytes();
-        let mut body = BulkBody {
-            plain: true,
-            ..BulkBody::default()
-        };
+        let mut body = BulkBody::default();
         if b.first() != Some(&b'{') {
             return None;
         }
@@ -64,7 +62,9 @@ impl<'a> BulkBody<'a> {
                     return None;
                 }
                 i = text.len() - after.len();
-                body.docs = Some(plain_docs(text, &mut i)?);
+                let docs = plain_docs(text, &mut i)?;
+                body.docs = Some(docs.iter().map(PlainDoc::text).collect());
+                body.plain = Some(docs);
                 body.docs_given = true;
             } else if let Some(after) = rest.strip_prefix("\"new_edits\":") {
                 let (value, n) = literal(after)?;
@@ -83,7 +83,8 @@ impl<'a> BulkBody<'a> {
             }
             match b.get(i) {
                 Some(b',') => i += 1,
-                Some(b'}') if i + 1 == b.len() => return Some(body),
+                // Without `docs`, the general reading answers the error.
+                Some(b'}') if i + 1 == b.len() && body.docs_given => return Some(body),
                 _ => return None,
             }
         }
@@ -92,7 +93,7 @@ impl<'a> BulkBody<'a> {
 
 /// The plain documents of the array whose first element is at `text[*i]`,
 /// moving `i` past its `]`.
-fn plain_docs<'a>(text: &'a str, i: &mut usize) -> Option<Vec<&'a str>> {
+fn plain_docs<'a>(text: &'a str, i: &mut usize) -> Option<Vec<PlainDoc<'a>>> {
     let b = text.as_bytes();
     let mut docs = Vec::with_capacity(b.len() / 64);
     if b.get(*i) == Some(&b']') {
@@ -100,13 +101,14 @@ fn plain_docs<'a>(text: &'a str, i: &mut usize) -> Option<Vec<&'a str>> {
         return Some(docs);
     }
     loop {
-        let (end, id) = plain_doc_at(text, *i)?;
-        if let Some(id) = id {
+        let doc = PlainDoc::at(text, *i)?;
+        if let Some(id) = doc.id() {
             if !matches!(validate_doc_id(id), Ok(DocKind::Normal)) {
                 return None;
             }
         }
-        docs.push(&text[*i..end]);
+        let end = *i + doc.text().len();
+        docs.push(doc);
         *i = end + 1;
         match b.get(end) {
             Some(b',') => {}
@@ -238,6 +240,8 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
+    use settee_core::doc::Doc;
+
     use super::*;
 
     /// What a reading found: the documents' text, whether `docs` was
@@ -274,7 +278,21 @@ mod tests {
     /// wherever it answers; `None` where it does not.
     fn plain_pass(text: &str) -> Option<Found> {
         let b = BulkBody::parse_plain(text.as_bytes())?;
-        assert!(b.plain);
+        let plain = b.plain.clone().expect("plain documents");
+        let texts: Vec<&str> = plain.iter().map(PlainDoc::text).collect();
+        assert_eq!(Some(texts), b.docs, "{text}");
+        // Each document is what the general parse makes of its text, and
+        // an ordinary one.
+        for d in plain {
+            let value = serde_json::from_str::<Value>(d.text()).unwrap();
+            let doc = Doc::from_plain(d, || "gen".into());
+            assert_eq!(doc, Doc::from_json(value, || "gen".into()), "{text}");
+            let id = doc.unwrap().id;
+            assert!(
+                matches!(validate_doc_id(&id), Ok(DocKind::Normal)),
+                "{text}"
+            );
+        }
         // A plain body passes the depth check.
         assert!(
             crate::request::check_depth(text.as_bytes()).is_ok(),
@@ -368,7 +386,7 @@ mod tests {
 
         /// Plain-looking bodies, some with one byte changed: wherever the
         /// plain reading answers, it answers as the general one, and every
-        /// document it lets through parses.
+        /// document it lets through parses (see `plain_pass`).
         #[test]
         fn plain_reading_agrees_and_its_documents_parse(
             docs in prop::collection::vec(
@@ -377,7 +395,7 @@ mod tests {
                     Just("_design/d".to_string()),
                     Just("_local/l".to_string()),
                     Just("_x".to_string()),
-                ]), prop::collection::vec(("[a-z_]{1,3}", value()), 0..3)),
+                ]), prop::collection::vec(("[a-z_]{1,3}", value()), 0..3), 0usize..4),
                 0..4,
             ),
             flags in prop::collection::vec(
@@ -390,12 +408,13 @@ mod tests {
         ) {
             let docs: Vec<String> = docs
                 .into_iter()
-                .map(|(id, members)| {
-                    let mut parts: Vec<String> = id
-                        .map(|id| format!("\"_id\":{}", json!(id)))
-                        .into_iter()
-                        .collect();
-                    parts.extend(members.iter().map(|(k, v)| format!("{}:{v}", json!(k))));
+                .map(|(id, members, id_at)| {
+                    // The id first, last, between members or alone.
+                    let mut parts: Vec<String> =
+                        members.iter().map(|(k, v)| format!("{}:{v}", json!(k))).collect();
+                    if let Some(id) = id {
+                        parts.insert(id_at.min(parts.len()), format!("\"_id\":{}", json!(id)));
+                    }
                     format!("{{{}}}", parts.join(","))
                 })
                 .collect();
@@ -408,17 +427,7 @@ mod tests {
                     text.insert(i, c);
                 }
             }
-            if let Some(Ok((Some(docs), ..))) = plain_pass(&text) {
-                for d in docs {
-                    let doc = settee_core::doc::Doc::from_json_text(&d, || "gen".into());
-                    prop_assert!(doc.is_ok(), "{}", d);
-                    let id = doc.unwrap().id;
-                    prop_assert!(
-                        matches!(validate_doc_id(&id), Ok(DocKind::Normal)),
-                        "{}", d
-                    );
-                }
-            }
+            plain_pass(&text);
         }
     }
 
@@ -427,8 +436,8 @@ mod tests {
         let yes = [
             r#"{"docs":[{"_id":"a","foo":"bar"},{"x":[1,null]}]}"#,
             r#"{"docs":[]}"#,
+            r#"{"docs":[{"a":1,"_id":"x"},{"a":1,"_id":"y","b":[]},{"_id":"z"},{}]}"#,
             r#"{"new_edits":true,"docs":[{}],"all_or_nothing":false}"#,
-            r#"{"new_edits":false}"#,
         ];
         for text in yes {
             assert!(plain_pass(text).is_some(), "{text}");
@@ -449,6 +458,7 @@ mod tests {
             r#"{"new_edits":"true","docs":[]}"#,
             r#"{"new_edits":true,"new_edits":false}"#,
             r#"{"other":1,"docs":[]}"#,
+            r#"{"new_edits":false}"#,
             r#"{}"#,
             r#"[]"#,
             r#"{"docs":[{"a":"\u0041"}]}"#,
