@@ -176,10 +176,10 @@ impl<'a> PlainDoc<'a> {
     /// `None` when none starts there. Every plain document is valid JSON,
     /// nested at most [`PLAIN_DEPTH`] deep.
     pub fn at(text: &'a str, at: usize) -> Option<PlainDoc<'a>> {
-        let b = text.as_bytes().get(at..)?;
-        // Offsets within the document fit u32 (texts that long go the
-        // general way).
-        let text = &text[at..at + b.len().min(u32::MAX as usize)];
+        let rest = text.get(at..)?;
+        // Offsets within a document are u32: a longer one goes the
+        // general way.
+        let text = rest.get(..rest.len().min(u32::MAX as usize))?;
         let b = text.as_bytes();
         if b.first() != Some(&b'{') {
             return None;
@@ -501,6 +501,22 @@ mod tests {
         for text in no {
             assert_eq!(plain(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn plain_documents_are_found_inside_a_text() {
+        let text = r#"[{"a":1,"_id":"x"},{"_id":"y"},{}]"#;
+        let first = PlainDoc::at(text, 1).unwrap();
+        assert_eq!(first.text(), r#"{"a":1,"_id":"x"}"#);
+        assert_eq!((first.id(), first.body().as_str()), (Some("x"), r#"{"a":1}"#));
+        let second = PlainDoc::at(text, 19).unwrap();
+        assert_eq!((second.id(), second.body().as_str()), (Some("y"), "{}"));
+        let third = PlainDoc::at(text, 31).unwrap();
+        assert_eq!((third.text(), third.id()), ("{}", None));
+        // Not at a document, past the end, or inside a character.
+        assert!(PlainDoc::at(text, 0).is_none());
+        assert!(PlainDoc::at(text, text.len() + 1).is_none());
+        assert!(PlainDoc::at("é{}", 1).is_none());
     }
 
     #[test]
