@@ -90,7 +90,9 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         ["_dbs_info"] => server::dbs_info(app, req).await,
         ["_uuids"] => server::uuids(app, req),
         ["_session"] => server::session(app, req).await,
-        ["_replicate"] => replicate::replicate(app, req).await,
+        // Boxed: its future is several times larger than any other
+        // handler's, and an unboxed one would size every request's.
+        ["_replicate"] => Box::pin(replicate::replicate(app, req)).await,
         ["_scheduler", "jobs"] => replicate::scheduler_jobs(app, req),
         ["_scheduler", "docs", rest @ ..] => replicate::scheduler_docs(app, req, rest),
         ["_active_tasks"] => server::active_tasks(app, req),
