@@ -508,7 +508,10 @@ mod tests {
         let text = r#"[{"a":1,"_id":"x"},{"_id":"y"},{}]"#;
         let first = PlainDoc::at(text, 1).unwrap();
         assert_eq!(first.text(), r#"{"a":1,"_id":"x"}"#);
-        assert_eq!((first.id(), first.body().as_str()), (Some("x"), r#"{"a":1}"#));
+        assert_eq!(
+            (first.id(), first.body().as_str()),
+            (Some("x"), r#"{"a":1}"#)
+        );
         let second = PlainDoc::at(text, 19).unwrap();
         assert_eq!((second.id(), second.body().as_str()), (Some("y"), "{}"));
         let third = PlainDoc::at(text, 31).unwrap();

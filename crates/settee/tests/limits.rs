@@ -185,6 +185,18 @@ fn size_limits() {
         (r.status, r.error().as_str()),
         (413, "max_bulk_docs_count_exceeded")
     );
+    // Documents past the limit are not kept, but a malformed one there
+    // still makes the body malformed (400, as CouchDB, which parses the
+    // whole body first).
+    let many = format!(r#"{{"docs":[{}]}}"#, vec!["{}"; 5000].join(","));
+    let r = s.anon("POST", "/lim/_bulk_docs", Some(&many));
+    assert_eq!(r.status, 413);
+    let r = s.anon(
+        "POST",
+        "/lim/_bulk_docs",
+        Some(r#"{"docs":[{},{},{},{"a":]}"#),
+    );
+    assert_eq!((r.status, r.error().as_str()), (400, "bad_request"));
     // Nothing was ever written to `lim`: every write above was refused.
     assert_eq!(s.anon("GET", "/lim", None).json()["doc_count"], 0);
 }

@@ -395,11 +395,13 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
     let bytes = req.json_bytes_depth_unchecked().await?;
     // The documents stay raw text until each is turned into a `Doc` (see
     // `Doc::from_json_text`).
-    let body = match BulkBody::parse_plain(&bytes) {
+    // Documents past the limit are not kept (the count check below answers).
+    let max_docs = usize::try_from(req.settings.max_bulk_docs_count).unwrap_or(usize::MAX);
+    let body = match BulkBody::parse_plain(&bytes, max_docs) {
         Some(body) => body,
         None => {
             check_depth(&bytes)?;
-            BulkBody::parse(&bytes).map_err(|e| {
+            BulkBody::parse(&bytes, max_docs).map_err(|e| {
                 if e.is_data() {
                     ApiError::bad_request("Request body must be a JSON object")
                 } else {

@@ -18,7 +18,9 @@
 
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::value::RawValue;
 use settee_core::doc_text::PlainDoc;
 use settee_core::name::{validate_doc_id, DocKind};
@@ -39,15 +41,22 @@ pub struct BulkBody<'a> {
 }
 
 impl<'a> BulkBody<'a> {
-    pub fn parse(bytes: &'a [u8]) -> serde_json::Result<BulkBody<'a>> {
-        serde_json::from_slice(bytes)
+    /// The body read the general way. `docs` keeps at most `max_docs + 1`
+    /// documents (enough to tell the limit crossed); the rest are only
+    /// checked, so memory stays bounded whatever the count.
+    pub fn parse(bytes: &'a [u8], max_docs: usize) -> serde_json::Result<BulkBody<'a>> {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let body = BodySeed { max: max_docs }.deserialize(&mut de)?;
+        de.end()?;
+        Ok(body)
     }
 
     /// The body read in one pass when it is compact, its members are
     /// `docs` (every document plain, with an ordinary id or none),
     /// `new_edits` and `all_or_nothing` (`true` or `false`), each at most
-    /// once; `None` otherwise.
-    pub fn parse_plain(bytes: &'a [u8]) -> Option<BulkBody<'a>> {
+    /// once, and `docs` holds at most `max_docs` documents; `None`
+    /// otherwise.
+    pub fn parse_plain(bytes: &'a [u8], max_docs: usize) -> Option<BulkBody<'a>> {
         let text = std::str::from_utf8(bytes).ok()?;
         let b = text.as_bytes();
         let mut body = BulkBody::default();
@@ -62,7 +71,7 @@ impl<'a> BulkBody<'a> {
                     return None;
                 }
                 i = text.len() - after.len();
-                let docs = plain_docs(text, &mut i)?;
+                let docs = plain_docs(text, &mut i, max_docs)?;
                 body.docs = Some(docs.iter().map(PlainDoc::text).collect());
                 body.plain = Some(docs);
                 body.docs_given = true;
@@ -91,11 +100,11 @@ impl<'a> BulkBody<'a> {
     }
 }
 
-/// The plain documents of the array whose first element is at `text[*i]`,
-/// moving `i` past its `]`.
-fn plain_docs<'a>(text: &'a str, i: &mut usize) -> Option<Vec<PlainDoc<'a>>> {
+/// The plain documents (at most `max`) of the array whose first element is
+/// at `text[*i]`, moving `i` past its `]`.
+fn plain_docs<'a>(text: &'a str, i: &mut usize, max: usize) -> Option<Vec<PlainDoc<'a>>> {
     let b = text.as_bytes();
-    let mut docs = Vec::with_capacity(b.len() / 64);
+    let mut docs = Vec::new();
     if b.get(*i) == Some(&b']') {
         *i += 1;
         return Some(docs);
@@ -108,6 +117,9 @@ fn plain_docs<'a>(text: &'a str, i: &mut usize) -> Option<Vec<PlainDoc<'a>>> {
             }
         }
         let end = *i + doc.text().len();
+        if docs.len() == max {
+            return None;
+        }
         docs.push(doc);
         *i = end + 1;
         match b.get(end) {
@@ -154,22 +166,38 @@ impl<'de> Deserialize<'de> for Field {
     }
 }
 
-/// The `docs` member: an array of raw documents, or anything else.
+/// The `docs` member: an array of raw documents (at most `max + 1` of
+/// them kept, the rest only checked), or anything else.
 struct Docs<'a>(Option<Vec<&'a str>>);
 
-impl<'de> Deserialize<'de> for Docs<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Docs<'de>, D::Error> {
-        struct DocsVisitor;
+/// Reads [`Docs`], keeping at most `max + 1` documents.
+struct DocsSeed {
+    max: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for DocsSeed {
+    type Value = Docs<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Docs<'de>, D::Error> {
+        struct DocsVisitor {
+            max: usize,
+        }
         impl<'de> Visitor<'de> for DocsVisitor {
             type Value = Docs<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Docs<'de>, A::Error> {
-                let mut docs = Vec::with_capacity(s.size_hint().unwrap_or(0));
-                while let Some(doc) = s.next_element::<&'de RawValue>()? {
-                    docs.push(doc.get());
+                let mut docs = Vec::new();
+                while docs.len() <= self.max {
+                    match s.next_element::<&'de RawValue>()? {
+                        Some(doc) => docs.push(doc.get()),
+                        None => return Ok(Docs(Some(docs))),
+                    }
                 }
+                // Past the limit: the rest is only checked, so that a body
+                // of many tiny documents costs no memory per document.
+                while s.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Docs(Some(docs)))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Docs<'de>, A::Error> {
@@ -195,13 +223,22 @@ impl<'de> Deserialize<'de> for Docs<'de> {
                 Ok(Docs(None))
             }
         }
-        d.deserialize_any(DocsVisitor)
+        d.deserialize_any(DocsVisitor { max: self.max })
     }
 }
 
-impl<'de> Deserialize<'de> for BulkBody<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<BulkBody<'de>, D::Error> {
-        struct BodyVisitor;
+/// Reads a [`BulkBody`] whose `docs` keeps at most `max + 1` documents.
+struct BodySeed {
+    max: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for BodySeed {
+    type Value = BulkBody<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<BulkBody<'de>, D::Error> {
+        struct BodyVisitor {
+            max: usize,
+        }
         impl<'de> Visitor<'de> for BodyVisitor {
             type Value = BulkBody<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -212,7 +249,7 @@ impl<'de> Deserialize<'de> for BulkBody<'de> {
                 while let Some(field) = m.next_key::<Field>()? {
                     match field {
                         Field::Docs => {
-                            body.docs = m.next_value::<Docs<'de>>()?.0;
+                            body.docs = m.next_value_seed(DocsSeed { max: self.max })?.0;
                             body.docs_given = true;
                         }
                         Field::NewEdits => {
@@ -229,7 +266,7 @@ impl<'de> Deserialize<'de> for BulkBody<'de> {
                 Ok(body)
             }
         }
-        d.deserialize_map(BodyVisitor)
+        d.deserialize_map(BodyVisitor { max: self.max })
     }
 }
 
@@ -271,13 +308,13 @@ mod tests {
     }
 
     fn one_pass(text: &str) -> Found {
-        found(BulkBody::parse(text.as_bytes()).map_err(|_| ())?)
+        found(BulkBody::parse(text.as_bytes(), usize::MAX).map_err(|_| ())?)
     }
 
     /// What the plain reading finds, checked against the general one
     /// wherever it answers; `None` where it does not.
     fn plain_pass(text: &str) -> Option<Found> {
-        let b = BulkBody::parse_plain(text.as_bytes())?;
+        let b = BulkBody::parse_plain(text.as_bytes(), usize::MAX)?;
         let plain = b.plain.clone().expect("plain documents");
         let texts: Vec<&str> = plain.iter().map(PlainDoc::text).collect();
         assert_eq!(Some(texts), b.docs, "{text}");
@@ -330,8 +367,8 @@ mod tests {
             Some(vec![r#"{"a":1}"#.to_string(), "2".to_string()])
         );
         assert!(one_pass("[]").is_err());
-        assert!(BulkBody::parse(b"[]").unwrap_err().is_data());
-        assert!(!BulkBody::parse(b"{").unwrap_err().is_data());
+        assert!(BulkBody::parse(b"[]", 10).unwrap_err().is_data());
+        assert!(!BulkBody::parse(b"{", 10).unwrap_err().is_data());
         assert!(one_pass(r#"{"docs":null}"#).unwrap().1);
         assert!(!one_pass(r#"{"x":1}"#).unwrap().1);
     }
@@ -466,6 +503,40 @@ mod tests {
         for text in no {
             assert!(plain_pass(text).is_none(), "{text}");
         }
-        assert!(BulkBody::parse_plain(b"{\"docs\":[{\"a\":\"\xff\"}]}").is_none());
+        assert!(BulkBody::parse_plain(b"{\"docs\":[{\"a\":\"\xff\"}]}", 10).is_none());
+    }
+
+    #[test]
+    fn documents_past_the_limit_are_checked_but_not_kept() {
+        let body = |n: usize, tail: &str| {
+            let docs = vec!["{}"; n].join(",");
+            format!(r#"{{"docs":[{docs}{tail}],"new_edits":false}}"#)
+        };
+        // The plain reading holds at most the limit; past it, the general
+        // one keeps one more than the limit and reads the rest of the body.
+        let exact = body(3, "");
+        assert_eq!(
+            BulkBody::parse_plain(exact.as_bytes(), 3)
+                .unwrap()
+                .docs
+                .unwrap()
+                .len(),
+            3
+        );
+        assert!(BulkBody::parse_plain(body(4, "").as_bytes(), 3).is_none());
+        let many = body(1000, "");
+        let b = BulkBody::parse(many.as_bytes(), 3).unwrap();
+        assert_eq!((b.docs.unwrap().len(), b.new_edits), (4, Some("false")));
+        assert_eq!(
+            BulkBody::parse(exact.as_bytes(), 3)
+                .unwrap()
+                .docs
+                .unwrap()
+                .len(),
+            3
+        );
+        // A malformed document past the limit still fails the body.
+        assert!(BulkBody::parse(body(10, ",{").as_bytes(), 3).is_err());
+        assert!(BulkBody::parse(body(10, ",tru").as_bytes(), 3).is_err());
     }
 }
