@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::{Server, ADMIN};
+use common::{proc_status, Server, ADMIN};
 use md5::{Digest as _, Md5};
 use serde_json::{json, Value};
 
@@ -242,16 +242,6 @@ fn ensure_full_commit(s: &Server, db: &str) {
 
 // ---------------------------------------------------------------------------
 // Observables: memory and disk.
-
-/// A `kB` field of /proc/PID/status, in bytes.
-fn proc_status(pid: u32, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
 
 fn rss(pid: u32) -> u64 {
     proc_status(pid, "VmRSS")

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{shared, Server};
+use common::{proc_status, shared, Server};
 use serde_json::{json, Value};
 
 fn seq(s: &Server, db: &str) -> Value {
@@ -201,16 +201,6 @@ fn size_limits() {
     assert_eq!(s.anon("GET", "/lim", None).json()["doc_count"], 0);
 }
 
-/// A `kB` field of /proc/PID/status, in bytes.
-fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
 #[test]
 fn a_body_of_millions_of_tiny_documents_stays_bounded() {
     // 60 MB of `{}` documents: 20 million of them. Kept one pointer each,
@@ -221,13 +211,13 @@ fn a_body_of_millions_of_tiny_documents_stays_bounded() {
     s.create_db("tiny");
     let n = 20_000_000;
     let body = format!(r#"{{"docs":[{}]}}"#, vec!["{}"; n].join(","));
-    let before = proc_status_bytes(pid, "VmRSS");
+    let before = proc_status(pid, "VmRSS");
     let r = s.admin("POST", "/tiny/_bulk_docs", Some(&body));
     assert_eq!(
         (r.status, r.error().as_str()),
         (413, "max_bulk_docs_count_exceeded")
     );
-    let peak = proc_status_bytes(pid, "VmHWM");
+    let peak = proc_status(pid, "VmHWM");
     // The body itself is held while it is read and parsed: allow a few
     // copies of it, not a pointer per document (20 M × 16 bytes alone
     // would be 320 MB).

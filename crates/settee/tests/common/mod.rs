@@ -387,3 +387,13 @@ fn open_security(dir: &Path) {
     )
     .expect("write settee.ini");
 }
+
+/// A `kB` field of /proc/PID/status (`VmRSS`, `VmHWM`…), in bytes.
+pub fn proc_status(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
