@@ -7,10 +7,13 @@
 //!   document, or one larger than `max_document_size` (413, as CouchDB),
 //!   fails the whole request before anything is written; a per-document
 //!   refusal (a conflict) fails only it. When a scan of the raw text shows
-//!   that no document can be malformed ([`cannot_fail`]) nor too large
-//!   (no document's text is), documents go to the engine chunk by chunk
-//!   as they are parsed (parsing overlaps writing); otherwise all are
-//!   parsed first.
+//!   that no document can be malformed (the plain reading of the body,
+//!   `BulkBody::parse_plain`, or else [`cannot_fail`] over each document)
+//!   nor too large (no document's text is), documents go to the engine
+//!   chunk by chunk as they are parsed (parsing overlaps writing);
+//!   otherwise all are parsed first.
+//! - Memory does not grow with the number of documents past
+//!   `max_bulk_docs_count`: neither reading keeps more than one past it.
 //! - `new_edits=false`: every document must name its revision (`_rev` or
 //!   `_revisions`), or the whole request is refused before anything is
 //!   written (CouchDB's 400); such requests are never streamed.
