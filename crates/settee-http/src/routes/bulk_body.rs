@@ -75,20 +75,19 @@ impl<'a> BulkBody<'a> {
                 body.docs = Some(docs.iter().map(PlainDoc::text).collect());
                 body.plain = Some(docs);
                 body.docs_given = true;
-            } else if let Some(after) = rest.strip_prefix("\"new_edits\":") {
-                let (value, n) = literal(after)?;
-                if body.new_edits.replace(value).is_some() {
-                    return None;
-                }
-                i = text.len() - after.len() + n;
-            } else if let Some(after) = rest.strip_prefix("\"all_or_nothing\":") {
-                let (value, n) = literal(after)?;
-                if body.all_or_nothing.replace(value).is_some() {
-                    return None;
-                }
-                i = text.len() - after.len() + n;
             } else {
-                return None;
+                let (flag, after) = if let Some(after) = rest.strip_prefix("\"new_edits\":") {
+                    (&mut body.new_edits, after)
+                } else if let Some(after) = rest.strip_prefix("\"all_or_nothing\":") {
+                    (&mut body.all_or_nothing, after)
+                } else {
+                    return None;
+                };
+                let value = literal(after)?;
+                if flag.replace(value).is_some() {
+                    return None;
+                }
+                i = text.len() - after.len() + value.len();
             }
             match b.get(i) {
                 Some(b',') => i += 1,
@@ -104,7 +103,8 @@ impl<'a> BulkBody<'a> {
 /// at `text[*i]`, moving `i` past its `]`.
 fn plain_docs<'a>(text: &'a str, i: &mut usize, max: usize) -> Option<Vec<PlainDoc<'a>>> {
     let b = text.as_bytes();
-    let mut docs = Vec::new();
+    // Room for documents of 64 bytes or more, never past the limit.
+    let mut docs = Vec::with_capacity((b.len() / 64).min(max));
     if b.get(*i) == Some(&b']') {
         *i += 1;
         return Some(docs);
@@ -130,12 +130,9 @@ fn plain_docs<'a>(text: &'a str, i: &mut usize, max: usize) -> Option<Vec<PlainD
     }
 }
 
-/// `true` or `false` at the start of `text`: the literal and its length.
-fn literal(text: &str) -> Option<(&str, usize)> {
-    ["true", "false"]
-        .into_iter()
-        .find(|l| text.starts_with(l))
-        .map(|l| (l, l.len()))
+/// `true` or `false` at the start of `text`.
+fn literal(text: &str) -> Option<&'static str> {
+    ["true", "false"].into_iter().find(|l| text.starts_with(l))
 }
 
 enum Field {
@@ -170,7 +167,8 @@ impl<'de> Deserialize<'de> for Field {
 /// them kept, the rest only checked), or anything else.
 struct Docs<'a>(Option<Vec<&'a str>>);
 
-/// Reads [`Docs`], keeping at most `max + 1` documents.
+/// Reads [`Docs`], keeping at most `max + 1` documents (the seed is its
+/// own visitor: both need only the limit).
 struct DocsSeed {
     max: usize,
 }
@@ -179,55 +177,54 @@ impl<'de> DeserializeSeed<'de> for DocsSeed {
     type Value = Docs<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Docs<'de>, D::Error> {
-        struct DocsVisitor {
-            max: usize,
-        }
-        impl<'de> Visitor<'de> for DocsVisitor {
-            type Value = Docs<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Docs<'de>, A::Error> {
-                let mut docs = Vec::new();
-                while docs.len() <= self.max {
-                    match s.next_element::<&'de RawValue>()? {
-                        Some(doc) => docs.push(doc.get()),
-                        None => return Ok(Docs(Some(docs))),
-                    }
-                }
-                // Past the limit: the rest is only checked, so that a body
-                // of many tiny documents costs no memory per document.
-                while s.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Docs(Some(docs)))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Docs<'de>, A::Error> {
-                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Docs(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Docs<'de>, E> {
-                Ok(Docs(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Docs<'de>, E> {
-                Ok(Docs(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Docs<'de>, E> {
-                Ok(Docs(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Docs<'de>, E> {
-                Ok(Docs(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Docs<'de>, E> {
-                Ok(Docs(None))
-            }
-            fn visit_unit<E>(self) -> Result<Docs<'de>, E> {
-                Ok(Docs(None))
-            }
-        }
-        d.deserialize_any(DocsVisitor { max: self.max })
+        d.deserialize_any(self)
     }
 }
 
-/// Reads a [`BulkBody`] whose `docs` keeps at most `max + 1` documents.
+impl<'de> Visitor<'de> for DocsSeed {
+    type Value = Docs<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Docs<'de>, A::Error> {
+        let mut docs = Vec::new();
+        while docs.len() <= self.max {
+            match s.next_element::<&'de RawValue>()? {
+                Some(doc) => docs.push(doc.get()),
+                None => return Ok(Docs(Some(docs))),
+            }
+        }
+        // Past the limit: the rest is only checked, so that a body of many
+        // tiny documents costs no memory per document.
+        while s.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Docs(Some(docs)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Docs<'de>, A::Error> {
+        while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Docs(None))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Docs<'de>, E> {
+        Ok(Docs(None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Docs<'de>, E> {
+        Ok(Docs(None))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Docs<'de>, E> {
+        Ok(Docs(None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Docs<'de>, E> {
+        Ok(Docs(None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Docs<'de>, E> {
+        Ok(Docs(None))
+    }
+    fn visit_unit<E>(self) -> Result<Docs<'de>, E> {
+        Ok(Docs(None))
+    }
+}
+
+/// Reads a [`BulkBody`] whose `docs` keeps at most `max + 1` documents
+/// (its own visitor, as [`DocsSeed`]).
 struct BodySeed {
     max: usize,
 }
@@ -236,37 +233,35 @@ impl<'de> DeserializeSeed<'de> for BodySeed {
     type Value = BulkBody<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<BulkBody<'de>, D::Error> {
-        struct BodyVisitor {
-            max: usize,
-        }
-        impl<'de> Visitor<'de> for BodyVisitor {
-            type Value = BulkBody<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<BulkBody<'de>, A::Error> {
-                let mut body = BulkBody::default();
-                while let Some(field) = m.next_key::<Field>()? {
-                    match field {
-                        Field::Docs => {
-                            body.docs = m.next_value_seed(DocsSeed { max: self.max })?.0;
-                            body.docs_given = true;
-                        }
-                        Field::NewEdits => {
-                            body.new_edits = Some(m.next_value::<&'de RawValue>()?.get());
-                        }
-                        Field::AllOrNothing => {
-                            body.all_or_nothing = Some(m.next_value::<&'de RawValue>()?.get());
-                        }
-                        Field::Other => {
-                            m.next_value::<IgnoredAny>()?;
-                        }
-                    }
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BodySeed {
+    type Value = BulkBody<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<BulkBody<'de>, A::Error> {
+        let mut body = BulkBody::default();
+        while let Some(field) = m.next_key::<Field>()? {
+            match field {
+                Field::Docs => {
+                    body.docs = m.next_value_seed(DocsSeed { max: self.max })?.0;
+                    body.docs_given = true;
                 }
-                Ok(body)
+                Field::NewEdits => {
+                    body.new_edits = Some(m.next_value::<&'de RawValue>()?.get());
+                }
+                Field::AllOrNothing => {
+                    body.all_or_nothing = Some(m.next_value::<&'de RawValue>()?.get());
+                }
+                Field::Other => {
+                    m.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        d.deserialize_map(BodyVisitor { max: self.max })
+        Ok(body)
     }
 }
 
