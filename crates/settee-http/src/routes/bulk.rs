@@ -36,6 +36,7 @@ use axum::response::Response;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use settee_core::doc::{Body, Doc};
+use settee_core::doc_text::PlainDoc;
 use settee_core::name::{validate_doc_id, DocKind};
 use settee_core::rev::Rev;
 use settee_db::{DocFailure, DocResult, Error, GetOptions, OpenRev, OpenRevs, UpdateOptions};
@@ -276,45 +277,62 @@ fn may_name_local(text: &str) -> bool {
         .any(|i| b[i..].starts_with(b"_local") || b[i..].starts_with(b"\\u"))
 }
 
+/// One document's text as the body's reading left it.
+#[derive(Clone, Copy)]
+enum DocText<'a> {
+    /// Scanned already as a plain document (see `BulkBody::parse_plain`):
+    /// it cannot fail to parse and names no local document.
+    Plain(PlainDoc<'a>),
+    /// Passed [`cannot_fail`]: names no local document.
+    Unfailing(&'a str),
+    Raw(&'a str),
+}
+
+impl<'a> DocText<'a> {
+    /// Document `i` of the body: its plain scan when the body had one.
+    fn of(plain: Option<&[PlainDoc<'a>]>, docs: &[&'a str], i: usize, unfailing: bool) -> Self {
+        match plain {
+            Some(plain) => DocText::Plain(plain[i]),
+            None if unfailing => DocText::Unfailing(docs[i]),
+            None => DocText::Raw(docs[i]),
+        }
+    }
+}
+
 /// Parses one document of a `_bulk_docs` body, refusing one larger than
 /// `max_size` (CouchDB's 413, naming the id the body gave, if any).
-/// `unfailing`: the text passed [`cannot_fail`], so it names no local
-/// document.
-fn parse_doc(
-    app: &App,
-    text: &str,
-    max_size: u64,
-    partitioned: bool,
-    unfailing: bool,
-) -> ApiResult<Parsed> {
+fn parse_doc(app: &App, text: DocText<'_>, max_size: u64, partitioned: bool) -> ApiResult<Parsed> {
     let generated = std::cell::Cell::new(false);
     let new_id = || {
         generated.set(true);
         app.new_uuid()
     };
-    // Without "_local" (or a \u escape that could spell it) the id cannot
-    // name a local document: the fast path applies.
-    let doc = if !unfailing && may_name_local(text) {
-        let value: Value = serde_json::from_str(text).map_err(body_error)?;
-        let local_id = value
-            .get("_id")
-            .and_then(Value::as_str)
-            .filter(|id| id.starts_with("_local/"))
-            .map(str::to_string);
-        if let Some(id) = local_id {
-            validate_doc_id(&id)?;
-            let Value::Object(map) = value else {
-                return Err(ApiError::bad_request("Document must be a JSON object"));
-            };
-            let (rev, body) = local_parts(map)?;
-            if body.as_ref().is_some_and(|b| b.len() as u64 > max_size) {
-                return Err(ApiError::doc_too_large(&id));
+    let doc = match text {
+        // Scanned already: not again.
+        DocText::Plain(plain) => Doc::from_plain(plain, new_id)?,
+        // Without "_local" (or a \u escape that could spell it) the id
+        // cannot name a local document: the fast path applies.
+        DocText::Raw(text) if may_name_local(text) => {
+            let value: Value = serde_json::from_str(text).map_err(body_error)?;
+            let local_id = value
+                .get("_id")
+                .and_then(Value::as_str)
+                .filter(|id| id.starts_with("_local/"))
+                .map(str::to_string);
+            if let Some(id) = local_id {
+                validate_doc_id(&id)?;
+                let Value::Object(map) = value else {
+                    return Err(ApiError::bad_request("Document must be a JSON object"));
+                };
+                let (rev, body) = local_parts(map)?;
+                if body.as_ref().is_some_and(|b| b.len() as u64 > max_size) {
+                    return Err(ApiError::doc_too_large(&id));
+                }
+                return Ok(Parsed::Local(id, rev, body));
             }
-            return Ok(Parsed::Local(id, rev, body));
+            Doc::from_json(value, new_id)?
         }
-        Doc::from_json(value, new_id)?
-    } else {
-        Doc::from_json_text(text, new_id)?
+        DocText::Raw(text) | DocText::Unfailing(text) => Doc::from_json_text(text, new_id)?,
     };
     if doc.body.len() as u64 > max_size {
         let id = if generated.get() { "" } else { doc.id.as_str() };
@@ -503,13 +521,8 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
             }
             let mut out = Vec::with_capacity(chunk);
             while out.len() < chunk && next < docs.len() {
-                let parsed = match &plain {
-                    // Scanned already: not again.
-                    Some(plain) => Doc::from_plain(plain[next], || app.new_uuid())
-                        .map(Parsed::Doc)
-                        .map_err(ApiError::from),
-                    None => parse_doc(app, docs[next], max_size, partitioned, true),
-                };
+                let text = DocText::of(plain.as_deref(), &docs, next, true);
+                let parsed = parse_doc(app, text, max_size, partitioned);
                 next += 1;
                 match parsed {
                     Ok(p) => out.extend(place.place(p)),
@@ -521,10 +534,10 @@ pub async fn bulk_docs(app: &App, req: &mut Req, name: &str) -> ApiResult<Respon
         .await
     } else {
         // A malformed document fails the request before anything is written.
-        let parsed = docs
-            .iter()
-            .map(|raw| {
-                let p = parse_doc(app, raw, max_size, partitioned, false)?;
+        let parsed = (0..docs.len())
+            .map(|i| {
+                let text = DocText::of(plain.as_deref(), &docs, i, false);
+                let p = parse_doc(app, text, max_size, partitioned)?;
                 let has_rev = match &p {
                     Parsed::Local(_, rev, _) => rev.is_some(),
                     Parsed::Doc(doc) => doc.rev.is_some(),
