@@ -40,6 +40,10 @@ use crate::etcd::{decode, header_revision, Etcd, Versioned};
 /// The shortest lease TTL accepted (etcd itself refuses less than about
 /// 1.5 election timeouts, i.e. 2 s with its default settings).
 pub const MIN_TTL: Duration = Duration::from_secs(2);
+/// The lease TTL a node uses unless told otherwise (docs/adr/0011: a
+/// dead node is out within about 4 to 5.5 s; renewals every 1.7 s ride
+/// out an etcd leader election and a second's stall).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
 /// The longest lease TTL accepted.
 pub const MAX_TTL: Duration = Duration::from_secs(300);
 

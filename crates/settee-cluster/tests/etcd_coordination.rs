@@ -417,3 +417,39 @@ async fn a_lease_that_cannot_be_renewed_stops_being_live_in_time() {
     })
     .await;
 }
+
+/// The measurement behind docs/adr/0011's TTL choice (not run by default:
+/// it takes about 20 s): how long after a node stops renewing a watcher
+/// sees it leave, with the default TTL, three times.
+/// `cargo test --release -p settee-cluster --test etcd_coordination -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_dead_node_detection_with_the_default_ttl() {
+    bounded(async {
+        let server = EtcdServer::start();
+        let etcd = server.connect().await;
+        let mut watch = MembershipWatch::start(&etcd).await.unwrap();
+        let ttl = membership::DEFAULT_TTL;
+        for i in 0..3 {
+            let name = format!("m{i}@127.0.0.1");
+            let r = membership::join(&etcd, node(&name, 1), ttl).await.unwrap();
+            await_change(
+                &mut watch,
+                Duration::from_secs(5),
+                &MembershipChange::Joined(r.info().clone()),
+            )
+            .await;
+            // Stop at different points of the renewal cycle.
+            tokio::time::sleep(Duration::from_millis(2000 + 600 * i)).await;
+            r.stop_keep_alive().await;
+            let gone = await_change(
+                &mut watch,
+                ttl + Duration::from_secs(5),
+                &MembershipChange::Left(name),
+            )
+            .await;
+            eprintln!("TTL {ttl:?}: dead node seen as left after {gone:?}");
+        }
+    })
+    .await;
+}
