@@ -9,7 +9,8 @@
 //! - `instance_start_time` and `sizes` become `"{volatile}"`; the server's
 //!   own `http://host:port` becomes `{base}`; `X-Couch-Request-ID` and
 //!   non-revision ETags become `{present}`/`{etag}` (unless the step says
-//!   `exact ETag`).
+//!   `exact ETag` or `exact X-Couch-Request-ID`), as does any header the
+//!   step names with `present`.
 //! - A multipart body (`Content-Type: multipart/…; boundary=…`) becomes
 //!   `{"$multipart": [{"headers": {…}, "body": …}, …]}`, each part's body
 //!   read like a whole body (nested multiparts too; a `Content-Encoding:
@@ -71,19 +72,24 @@ impl Normalizer {
         resp: &Response,
         keep: &[String],
         exact: &[String],
+        present: &[String],
         ignore: &[String],
     ) -> Value {
         let mut headers = Map::new();
         let mut names: Vec<&str> = COMPARED_HEADERS.to_vec();
         names.extend(keep.iter().map(|s| s.as_str()));
         names.extend(exact.iter().map(|s| s.as_str()));
+        names.extend(present.iter().map(|s| s.as_str()));
         for name in names {
             if let Some(v) = resp.header(name) {
                 let v = without_boundary(v);
                 let v = v.as_str();
+                let is_exact = exact.iter().any(|e| e == name);
                 let v = match name {
+                    _ if present.iter().any(|p| p == name) => "{present}".to_string(),
+                    "x-couch-request-id" if is_exact => v.to_string(),
                     "x-couch-request-id" => "{present}".to_string(),
-                    "etag" if !exact.iter().any(|e| e == "etag") => {
+                    "etag" if !is_exact => {
                         let n = self.string(v);
                         if n.contains("#h") {
                             n
@@ -424,6 +430,7 @@ mod tests {
             &[],
             &[],
             &[],
+            &[],
         );
         assert_eq!(r["headers"]["etag"], "\"1-#h1\"");
         assert_eq!(r["body"]["rev"], "1-#h1");
@@ -433,11 +440,34 @@ mod tests {
     }
 
     #[test]
+    fn present_and_exact_headers() {
+        let mut n = Normalizer::new("");
+        let mut r = resp("{}");
+        r.headers.push(("x-couch-request-id".into(), "abc".into()));
+        r.headers.push(("x-couchdb-body-time".into(), "3".into()));
+        let plain = n.record("GET /", &r, &[], &[], &[], &[]);
+        assert_eq!(plain["headers"]["x-couch-request-id"], "{present}");
+        assert!(plain["headers"].get("x-couchdb-body-time").is_none());
+        let named = n.record(
+            "GET /",
+            &r,
+            &[],
+            &["x-couch-request-id".into()],
+            &["x-couchdb-body-time".into(), "x-missing".into()],
+            &[],
+        );
+        assert_eq!(named["headers"]["x-couch-request-id"], "abc");
+        assert_eq!(named["headers"]["x-couchdb-body-time"], "{present}");
+        assert!(named["headers"].get("x-missing").is_none());
+    }
+
+    #[test]
     fn base_url_and_ignored_paths() {
         let mut n = Normalizer::new("http://127.0.0.1:1");
         let r = n.record(
             "GET /",
             &resp(r#"{"u":"http://127.0.0.1:1/db","t":5}"#),
+            &[],
             &[],
             &[],
             &["body.t".into()],
@@ -449,6 +479,7 @@ mod tests {
         let r = n.record(
             "GET /",
             &resp(r#"{"t":5}"#),
+            &[],
             &[],
             &[],
             &["body.w?".into(), "body.x".into(), "body.t?".into()],
@@ -496,7 +527,7 @@ mod tests {
             body,
         };
         let mut n = Normalizer::new("");
-        let rec = n.record("GET /", &r, &[], &[], &[]);
+        let rec = n.record("GET /", &r, &[], &[], &[], &[]);
         assert_eq!(
             rec["headers"]["content-type"],
             "multipart/mixed; boundary=\"{boundary}\""

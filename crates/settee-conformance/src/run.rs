@@ -134,6 +134,7 @@ fn run_steps(t: &Target, sc: &Scenario, db: &str) -> Result<Vec<Value>, String> 
             &resp,
             &step.keep_headers,
             &step.exact_headers,
+            &step.present_headers,
             &step.ignore,
         ));
         raw.push(resp);

@@ -17,7 +17,9 @@
 //! `chunked`, `gzip` (compress the body), `noauth`, `auth user:pass`,
 //! `no-content-type`, `no-accept`, `keep Header-Name` (also compare that
 //! header), `exact Header-Name` (compare that header without the `{etag}`
-//! placeholder: an attachment's ETag is its digest), `ignore PATH` (do not compare that body path: a value neither
+//! placeholder: an attachment's ETag is its digest; `X-Couch-Request-ID`
+//! by its value), `present Header-Name` (compare only whether that header
+//! is there: a value neither side can match, e.g. a time), `ignore PATH` (do not compare that body path: a value neither
 //! side can match; `ignore PATH?`: nor whether it is there at all),
 //! `sleep MS` (wait before sending).
 //!
@@ -65,6 +67,8 @@ pub struct Step {
     pub keep_headers: Vec<String>,
     /// Headers compared without the `{etag}` placeholder (lowercase).
     pub exact_headers: Vec<String>,
+    /// Headers compared by presence only (lowercase).
+    pub present_headers: Vec<String>,
     pub ignore: Vec<String>,
     pub sleep_ms: u64,
     /// The request line as written, for reports and goldens.
@@ -171,6 +175,7 @@ pub fn parse(area: &str, file: &str, text: &str) -> Result<Vec<Scenario>, ParseE
             accept: true,
             keep_headers: Vec::new(),
             exact_headers: Vec::new(),
+            present_headers: Vec::new(),
             ignore: Vec::new(),
             sleep_ms: 0,
             text: trimmed.to_string(),
@@ -228,6 +233,7 @@ fn modifier(step: &mut Step, m: &str) -> Result<(), String> {
         "no-accept" => step.accept = false,
         "keep" => step.keep_headers.push(arg.to_ascii_lowercase()),
         "exact" => step.exact_headers.push(arg.to_ascii_lowercase()),
+        "present" => step.present_headers.push(arg.to_ascii_lowercase()),
         "ignore" => step.ignore.push(arg.to_string()),
         "sleep" => {
             step.sleep_ms = arg
