@@ -7,7 +7,10 @@
 //!   single-threaded runtime per CPU) and the tower stack (gzip/deflate
 //!   request bodies, compressed responses, panic guard);
 //! - this module: the request entry point — counters, idle polling, CORS, authentication,
-//!   path splitting — before [`routes::dispatch`] picks a handler;
+//!   path splitting, the headers of every answer (`Server`, and
+//!   `X-Couch-Request-ID` — a client's own id echoed — with
+//!   `X-CouchDB-Body-Time` where CouchDB sends them) — before
+//!   [`routes::dispatch`] picks a handler;
 //! - [`idle_poll`]: spinners that keep idle CPUs awake after requests;
 //! - [`error`]: the single error table; [`auth`]: who may do what;
 //!   [`config`]: `/_node/_local/_config` settings; [`request`]: bounded body
@@ -64,6 +67,7 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
     let cors_origin = origin.filter(|o| cors_allowed(&settings, o));
     let path_for_id = req.uri().path().to_string();
+    let client_id = client_request_id(req.headers());
     let mut resp = if cors_origin.is_some() && req.method() == Method::OPTIONS {
         preflight(&settings)
     } else {
@@ -75,7 +79,8 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
     let h = resp.headers_mut();
     h.insert(header::SERVER, HeaderValue::from_static(SERVER_HEADER));
     if tag_request {
-        h.insert(REQUEST_ID, request_id());
+        h.insert(REQUEST_ID, client_id.unwrap_or_else(request_id));
+        h.insert(BODY_TIME, HeaderValue::from_static("0"));
     }
     if let Some(origin) = cors_origin {
         let wildcard = settings.cors.origins.iter().any(|o| o == "*") && !settings.cors.credentials;
@@ -119,6 +124,26 @@ fn sends_request_id(path: &str, status: StatusCode) -> bool {
 pub(crate) struct NoRequestId;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-couch-request-id");
+/// Sent with every request id, as CouchDB does. CouchDB reports the
+/// milliseconds it spent receiving the request body; Settee streams bodies
+/// into their handlers instead of receiving them first, and reports 0 (what
+/// CouchDB reports for a body read at once).
+const BODY_TIME: header::HeaderName = header::HeaderName::from_static("x-couchdb-body-time");
+
+/// The request id a client sent, which CouchDB echoes instead of making
+/// one: a single `X-Couch-Request-ID` of at most 36 ASCII letters, digits,
+/// `-` and `_` (an empty one too). Any other is replaced by a generated id.
+fn client_request_id(headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
+    let mut all = headers.get_all(REQUEST_ID).iter();
+    let (v, None) = (all.next()?, all.next()) else {
+        return None;
+    };
+    let b = v.as_bytes();
+    (b.len() <= 36
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_')))
+    .then(|| v.clone())
+}
 
 /// A request identifier as CouchDB sends it: 10 random lowercase hex digits
 /// (a thread-local generator; no lock on the request path).
@@ -441,6 +466,27 @@ fn login_redirect(headers: &axum::http::HeaderMap, path: &str, e: &ApiError) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_request_ids_echoed_only_when_couchdb_would() {
+        let id = |vals: &[&str]| {
+            let mut h = axum::http::HeaderMap::new();
+            for v in vals {
+                h.append(REQUEST_ID, HeaderValue::from_str(v).unwrap());
+            }
+            client_request_id(&h).map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(id(&["my-req_1"]).as_deref(), Some("my-req_1"));
+        assert_eq!(id(&[""]).as_deref(), Some(""));
+        let longest = "a".repeat(36);
+        assert_eq!(id(&[&longest]), Some(longest.clone()));
+        assert_eq!(id(&[&format!("{longest}a")]), None);
+        for bad in ["a.b", "a b", "a+b", "a/b", "é"] {
+            assert_eq!(id(&[bad]), None, "{bad}");
+        }
+        assert_eq!(id(&[]), None);
+        assert_eq!(id(&["one", "two"]), None);
+    }
 
     #[test]
     fn path_splitting() {

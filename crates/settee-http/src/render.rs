@@ -1,5 +1,6 @@
-//! Wire rendering: JSON responses, and CouchDB's document JSON (stored
-//! documents from `settee_db::json`, `_local` documents here).
+//! Wire rendering: JSON responses, conditional GETs' 304 answers
+//! (`If-None-Match` lists, `Content-Length: 0`), and CouchDB's document
+//! JSON (stored documents from `settee_db::json`, `_local` documents here).
 //!
 //! Invariant: a stored [`Body`] is JSON object text and is spliced into the
 //! output as it is — never parsed and re-serialized — after `_id` and `_rev`
@@ -38,6 +39,46 @@ pub fn json_value(status: StatusCode, v: &serde_json::Value) -> Response {
 /// `"rev"` as an ETag header value.
 pub fn etag(rev: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("\"{rev}\"")).ok()
+}
+
+/// Whether an `If-None-Match` header names `tag` (a quoted ETag): the
+/// header may list several, separated by commas.
+pub fn none_match(if_none_match: Option<&str>, tag: &str) -> bool {
+    if_none_match.is_some_and(|v| v.split(',').any(|t| t.trim() == tag))
+}
+
+/// The 304 answer to a conditional GET whose `If-None-Match` named `tag`:
+/// no body, `Content-Length: 0` and the ETag, as CouchDB answers it.
+pub fn not_modified(tag: &str) -> Response {
+    let mut resp = Response::new(HttpBody::new(ZeroLength));
+    *resp.status_mut() = StatusCode::NOT_MODIFIED;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    if let Ok(v) = HeaderValue::from_str(tag) {
+        h.insert(header::ETAG, v);
+    }
+    resp
+}
+
+/// An empty body that says so by its size (exactly 0) rather than by
+/// having ended: hyper sends the `Content-Length: 0` of a bodiless answer
+/// (a 304) only for such a body, and drops it for one that has ended.
+struct ZeroLength;
+
+impl http_body::Body for ZeroLength {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(None)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(0)
+    }
 }
 
 /// Renders a `_local` document.

@@ -195,9 +195,13 @@ impl AppState {
         self.views.stop_auto_update();
     }
 
-    /// Opens a database by name (400 for an illegal name, 404 if absent).
+    /// Opens a database by name (404 if absent; an illegal name names no
+    /// database, so it is absent too, as CouchDB answers: only creating
+    /// one refuses the name).
     pub fn db(&self, name: &str) -> ApiResult<Database> {
-        validate_db_name(name)?;
+        if validate_db_name(name).is_err() {
+            return Err(settee_db::Error::NotFound("Database does not exist.").into());
+        }
         Ok(self.engine.db(name)?)
     }
 

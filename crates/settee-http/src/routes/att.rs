@@ -367,14 +367,8 @@ fn get(req: &Req, db: &Database, id: &str, name: &str) -> ApiResult<Response> {
         .map(|(_, s)| s)
         .ok_or_else(missing_att)?;
     let etag = format!("\"{}\"", stub.digest.trim_start_matches("md5-"));
-    if req
-        .header(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.trim() == etag)
-    {
-        let mut resp = Response::new(HttpBody::empty());
-        *resp.status_mut() = StatusCode::NOT_MODIFIED;
-        set(&mut resp, header::ETAG, &etag);
-        return Ok(resp);
+    if crate::render::none_match(req.header(header::IF_NONE_MATCH), &etag) {
+        return Ok(crate::render::not_modified(&etag));
     }
     let reader = open(&db.blobs(), &stub)?;
     let encoded = stub.encoding.is_some();

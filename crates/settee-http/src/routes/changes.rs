@@ -861,13 +861,8 @@ async fn normal(db: Database, p: Params, if_none_match: Option<String>) -> ApiRe
         })
         .transpose()?;
     if let (Some(etag), Some(inm)) = (&etag, &if_none_match) {
-        if inm.split(',').any(|t| t.trim() == etag) {
-            let mut resp = Response::new(Body::empty());
-            *resp.status_mut() = StatusCode::NOT_MODIFIED;
-            if let Ok(v) = HeaderValue::from_str(etag) {
-                resp.headers_mut().insert(header::ETAG, v);
-            }
-            return Ok(resp);
+        if crate::render::none_match(Some(inm), etag) {
+            return Ok(crate::render::not_modified(etag));
         }
     }
     let mut resp = blocking_response(move |sink| {

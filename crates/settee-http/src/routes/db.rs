@@ -106,7 +106,10 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
                 ));
             }
             require_admin(&req.user)?;
-            settee_core::name::validate_db_name(name)?;
+            // An illegal name names no database: 404, as CouchDB answers.
+            if settee_core::name::validate_db_name(name).is_err() {
+                return Err(settee_db::Error::NotFound("Database does not exist.").into());
+            }
             let (engine, n) = (app.engine.clone(), name.to_string());
             tokio::task::spawn_blocking(move || engine.delete_db(&n)).await??;
             Ok(ok_json(StatusCode::OK))

@@ -3,8 +3,11 @@
 //!
 //! Invariants:
 //! - The revision being edited comes from `?rev=`, `If-Match` or the body's
-//!   `_rev`; when two of them disagree the request is a 400 and nothing is
-//!   written.
+//!   `_rev`; each one named must be a revision (every `rev=` of the query),
+//!   and when two of them disagree the request is a 400 and nothing is
+//!   written (the body's against `?rev=` first, then against `If-Match`,
+//!   with CouchDB's reasons). COPY's `Destination` names the target
+//!   relative to the database (`+` a space, `?NAME=REV` its revision).
 //! - A write is acknowledged (201, or 200 when it deletes) only after the
 //!   engine reports it at the requested durability; `batch=ok` answers 202
 //!   without a revision.
@@ -160,32 +163,66 @@ fn accepted(id: &str) -> Response {
     json_response(StatusCode::ACCEPTED, out)
 }
 
-/// The revision named by `?rev=` or `If-Match`.
-fn explicit_rev(req: &Req) -> ApiResult<Option<String>> {
+/// The revision named by `?rev=` and the one named by `If-Match`, each
+/// checked to be a revision when `check` (a `_local` document's `0-N` is
+/// not one).
+fn named_revs(req: &Req, check: bool) -> ApiResult<(Option<&str>, Option<&str>)> {
     let from_query = req.query.get("rev");
     let from_header = req
         .header(header::IF_MATCH)
         .map(|s| s.trim().trim_matches('"'));
-    match (from_query, from_header) {
-        (Some(a), Some(b)) if a != b => Err(ApiError::bad_request(
-            "Document rev and etag have different values",
-        )),
+    if check {
+        // Every `rev=` of the query string, not only the last one used.
+        let queried = req.query.pairs().iter().filter(|(k, _)| k == "rev");
+        for r in queried.map(|(_, v)| v.as_str()).chain(from_header) {
+            parse_rev(r)?;
+        }
+    }
+    Ok((from_query, from_header))
+}
+
+fn etag_differs() -> ApiError {
+    ApiError::bad_request("Document rev and etag have different values")
+}
+
+/// The revision named by `?rev=` or `If-Match` (checked as [`named_revs`]
+/// does), refusing two different ones.
+fn explicit_rev(req: &Req, check: bool) -> ApiResult<Option<String>> {
+    match named_revs(req, check)? {
+        (Some(a), Some(b)) if a != b => Err(etag_differs()),
         (a, b) => Ok(a.or(b).map(str::to_string)),
     }
 }
 
-/// Puts the explicit revision into the body, refusing disagreement.
-fn merge_rev(req: &Req, map: &mut Map<String, Value>) -> ApiResult<()> {
-    if let Some(rev) = explicit_rev(req)? {
-        match map.get("_rev") {
-            Some(Value::String(body_rev)) if *body_rev != rev => {
-                return Err(ApiError::bad_request(
-                    "Document rev from request body and query string have different values",
-                ))
-            }
-            _ => {
-                map.insert("_rev".to_string(), Value::String(rev));
-            }
+/// Puts the explicit revision into the body, refusing disagreement as
+/// CouchDB does: every revision named must be one, then the body's is
+/// compared with `?rev=`, and the one of those with `If-Match`. A
+/// `_local` document's revisions (`0-N`) are compared, not checked.
+fn merge_rev(req: &Req, map: &mut Map<String, Value>, local: bool) -> ApiResult<()> {
+    let (from_query, from_header) = named_revs(req, !local)?;
+    let from_body = match map.get("_rev") {
+        Some(Value::String(r)) if local => Some(r.as_str()),
+        Some(Value::String(r)) => Some(parse_rev(r).map(|_| r.as_str())?),
+        // `"_rev": null` too, as CouchDB.
+        Some(_) if !local => return Err(ApiError::bad_request("Invalid rev format")),
+        _ => None,
+    };
+    if let (Some(b), Some(q)) = (from_body, from_query) {
+        if b != q {
+            return Err(ApiError::bad_request(
+                "Document rev from request body and query string have different values",
+            ));
+        }
+    }
+    let rev = from_body.or(from_query);
+    if let (Some(r), Some(h)) = (rev, from_header) {
+        if r != h {
+            return Err(etag_differs());
+        }
+    }
+    if from_body.is_none() {
+        if let Some(r) = rev.or(from_header) {
+            map.insert("_rev".to_string(), Value::String(r.to_string()));
         }
     }
     Ok(())
@@ -226,7 +263,7 @@ pub async fn write_with_atts(
 ) -> ApiResult<Response> {
     let kind = super::partition::check_write_id(db, id)?;
     authorize_write(req, kind)?;
-    merge_rev(req, &mut map)?;
+    merge_rev(req, &mut map, kind == DocKind::Local)?;
     let new_edits = req.query.bool("new_edits")?.unwrap_or(true);
     if kind == DocKind::Local {
         return write_local(req, db, id, map, new_edits).await;
@@ -521,17 +558,8 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
         || !doc.deleted_conflicts.is_empty()
         || opts.extras.local_seq;
     let tag = format!("\"{}\"", doc.rev);
-    if !meta
-        && req
-            .header(header::IF_NONE_MATCH)
-            .is_some_and(|v| v.trim() == tag)
-    {
-        let mut resp = Response::new(axum::body::Body::empty());
-        *resp.status_mut() = StatusCode::NOT_MODIFIED;
-        if let Ok(v) = HeaderValue::from_str(&tag) {
-            resp.headers_mut().insert(header::ETAG, v);
-        }
-        return Ok(resp);
+    if !meta && render::none_match(req.header(header::IF_NONE_MATCH), &tag) {
+        return Ok(render::not_modified(&tag));
     }
     let mut resp = match opts.extras.atts {
         AttView::Data { .. } if super::att::accepts_multipart(req) => {
@@ -660,12 +688,12 @@ async fn delete(
         DocKind::Design => require_db_admin(req)?,
         _ => require_db_writer(req)?,
     }
-    let rev = explicit_rev(req)?;
     if kind == DocKind::Local {
         // Like CouchDB: a missing document is a 404; then any rev deletes.
         if db.reader()?.get_local(id)?.is_none() {
             return Err(ApiError::not_found("missing"));
         }
+        let rev = explicit_rev(req, false)?;
         let durability = req.durability();
         return match db.put_local_async(id, rev, None, Some(durability)).await? {
             Ok(_) if durability == Durability::Batch => Ok(accepted(id)),
@@ -675,7 +703,9 @@ async fn delete(
     }
     // Like CouchDB: a missing or deleted document is a 404 before any rev check.
     db.reader()?.get(id, &GetOptions::default())?;
-    let rev = rev.map(|r| parse_rev(&r)).transpose()?;
+    let rev = explicit_rev(req, true)?
+        .map(|r| parse_rev(&r))
+        .transpose()?;
     let doc = Doc {
         id: id.to_string(),
         rev,
@@ -691,19 +721,36 @@ async fn delete(
     }
 }
 
-async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Response> {
-    require_db_reader(req)?;
-    let dest = req
-        .header("destination")
-        .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?;
-    let (dest_id, dest_rev) = match dest.split_once("?rev=") {
-        Some((d, r)) => (d, Some(r.to_string())),
+/// COPY's `Destination` header as CouchDB reads it: a document id relative
+/// to the database (an absolute `http://`/`https://` URL is refused),
+/// percent-decoded with `+` as a space, optionally followed by `?NAME=REV`
+/// naming the revision it replaces. A query that is not one `NAME=REV`
+/// pair is an invalid revision (CouchDB 3.4.3 crashes on it).
+fn copy_destination(header: Option<&str>) -> ApiResult<(String, Option<String>)> {
+    let dest =
+        header.ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?;
+    if dest.starts_with("http://") || dest.starts_with("https://") {
+        return Err(ApiError::bad_request("Destination URL must be relative."));
+    }
+    let (dest_id, dest_rev) = match dest.split_once('?') {
         None => (dest, None),
+        Some((d, query)) => match query.split_once('=') {
+            Some((_, rev)) if !d.contains('?') && !query.contains('?') && !rev.contains('=') => {
+                (d, Some(rev.to_string()))
+            }
+            _ => return Err(ApiError::bad_request("Invalid rev format")),
+        },
     };
-    let dest_id = percent_decode_str(dest_id)
+    let dest_id = percent_decode_str(&dest_id.replace('+', " "))
         .decode_utf8()
         .map_err(|_| ApiError::bad_request("Destination is not valid UTF-8"))?
         .into_owned();
+    Ok((dest_id, dest_rev))
+}
+
+async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Response> {
+    require_db_reader(req)?;
+    let (dest_id, dest_rev) = copy_destination(req.header("destination"))?;
     let dest_kind = super::partition::check_write_id(db, &dest_id)?;
     match dest_kind {
         DocKind::Design => require_db_admin(req)?,
@@ -772,5 +819,34 @@ async fn copy(app: &App, req: &mut Req, db: &Database, id: &str) -> ApiResult<Re
         Some(Ok(rev)) => Ok(written(req, db, &dest_id, &rev.to_string(), false)),
         Some(Err(f)) => Err(ApiError::from_doc_failure(&f, &dest_id)),
         None => Ok(accepted(&dest_id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_destinations_as_couchdb_reads_them() {
+        let dest = |h: &str| copy_destination(Some(h)).map_err(|e| e.reason.to_string());
+        assert_eq!(dest("a%2Fb+c"), Ok(("a/b c".to_string(), None)));
+        assert_eq!(
+            dest("d?rev=1-x"),
+            Ok(("d".to_string(), Some("1-x".to_string())))
+        );
+        // The name before `=` is not looked at.
+        assert_eq!(
+            dest("d?x=1-x"),
+            Ok(("d".to_string(), Some("1-x".to_string())))
+        );
+        assert_eq!(dest("/d"), Ok(("/d".to_string(), None)));
+        assert_eq!(dest("HTTP://x"), Ok(("HTTP://x".to_string(), None)));
+        for abs in ["http://h/db/d", "https://h/d"] {
+            assert_eq!(dest(abs), Err("Destination URL must be relative.".into()));
+        }
+        for bad in ["d?x", "d?", "d?rev=1-a=2", "d?rev=1-a?b"] {
+            assert_eq!(dest(bad), Err("Invalid rev format".into()), "{bad}");
+        }
+        assert!(copy_destination(None).is_err());
     }
 }

@@ -60,49 +60,75 @@ pub fn up(req: &Req) -> ApiResult<Response> {
     ))
 }
 
-/// startkey/endkey/limit/skip/descending/inclusive_end over database names.
+/// The options of `/_all_dbs` (and `GET /_dbs_info`) over database names,
+/// read as CouchDB reads them: the options of `_all_docs` (it lists its
+/// database catalog with them), applied in order (a later `startkey`,
+/// `start_key` or `key` overrides an earlier one), checked as a map view's.
+/// Names compare as bytes; a key that is not a string sorts before every
+/// name (Erlang's term order). `keys` of more than one name lists those
+/// that exist, in its order (CouchDB 3.4.3 crashes on it).
 fn name_window(req: &Req, mut names: Vec<String>) -> ApiResult<Vec<String>> {
-    let q = &req.query;
-    let key = |names: &[&str]| -> ApiResult<Option<String>> {
-        match q.json(names)? {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(ApiError::query_parse("Database name keys must be strings")),
+    use settee_views::args::{Src, ViewKind};
+    use std::cmp::Ordering;
+    let mut args = settee_views::ViewArgs::default();
+    for (k, v) in req.query.pairs() {
+        if k == "keys" {
+            match crate::request::parse_json_bytes(v.as_bytes())? {
+                Value::Array(keys) => args.keys = Some(keys),
+                _ => return Err(ApiError::bad_request("`keys` parameter must be an array.")),
+            }
+            if args.keys.as_ref().is_some_and(|k| k.len() == 1) {
+                // One key is a `key`, as for `_all_docs`.
+                let key = args.keys.take().and_then(|mut k| k.pop());
+                args.start_key.clone_from(&key);
+                args.end_key = key;
+            }
+        } else {
+            args.apply(k, Src::Text(v))?;
         }
+    }
+    let partition = args.partition.take();
+    args.validate(ViewKind::Map, false)?;
+    if partition.is_some() {
+        return Err(ApiError::bad_request(
+            "partition specified on non-partitioned db",
+        ));
+    }
+    names.sort_unstable();
+    let skip = usize::try_from(args.skip).unwrap_or(usize::MAX);
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    if let Some(keys) = &args.keys {
+        return Ok(keys
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|k| names.binary_search_by(|n| n.as_str().cmp(k)).is_ok())
+            .skip(skip)
+            .take(limit)
+            .map(str::to_string)
+            .collect());
+    }
+    // How a name compares with a key.
+    let cmp = |name: &str, key: &Value| match key {
+        Value::String(k) => name.cmp(k.as_str()),
+        _ => Ordering::Greater,
     };
-    let exact = key(&["key"])?;
-    let start = match &exact {
-        Some(k) => Some(k.clone()),
-        None => key(&["startkey", "start_key"])?,
+    let (desc, incl) = (args.descending, args.inclusive_end);
+    let in_range = |n: &String| {
+        let after_start = args.start_key.as_ref().is_none_or(|s| match cmp(n, s) {
+            Ordering::Equal => true,
+            o => (o == Ordering::Greater) != desc,
+        });
+        let before_end = args.end_key.as_ref().is_none_or(|e| match cmp(n, e) {
+            Ordering::Equal => incl,
+            o => (o == Ordering::Less) != desc,
+        });
+        after_start && before_end
     };
-    let end = match exact {
-        Some(k) => Some(k),
-        None => key(&["endkey", "end_key"])?,
-    };
-    let descending = q.flag("descending")?;
-    let inclusive_end = q.bool("inclusive_end")?.unwrap_or(true);
-    if descending {
+    let mut names: Vec<String> = names.into_iter().filter(in_range).collect();
+    if desc {
         names.reverse();
     }
-    let before_start = |n: &String| match &start {
-        Some(s) if descending => n > s,
-        Some(s) => n < s,
-        None => false,
-    };
-    let after_end = |n: &String| match &end {
-        Some(e) if descending => n < e || (!inclusive_end && n == e),
-        Some(e) => n > e || (!inclusive_end && n == e),
-        None => false,
-    };
-    let skip = usize::try_from(q.u64("skip")?.unwrap_or(0)).unwrap_or(usize::MAX);
-    let limit = usize::try_from(q.u64("limit")?.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
-    Ok(names
-        .into_iter()
-        .skip_while(before_start)
-        .take_while(|n| !after_end(n))
-        .skip(skip)
-        .take(limit)
-        .collect())
+    Ok(names.into_iter().skip(skip).take(limit).collect())
 }
 
 fn check_list_permission(req: &Req) -> ApiResult<()> {
@@ -121,7 +147,7 @@ pub async fn all_dbs(app: &App, req: &mut Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
     check_list_permission(req)?;
     let names = name_window(req, list_dbs(app).await?)?;
-    Ok(json_with_etag(StatusCode::OK, &json!(names)))
+    Ok(json_with_etag(req, StatusCode::OK, &json!(names)))
 }
 
 pub async fn dbs_info(app: &App, req: &mut Req) -> ApiResult<Response> {
@@ -171,7 +197,7 @@ pub async fn dbs_info(app: &App, req: &mut Req) -> ApiResult<Response> {
     if by_key {
         Ok(json_value(StatusCode::OK, &Value::Array(rows)))
     } else {
-        Ok(json_with_etag(StatusCode::OK, &Value::Array(rows)))
+        Ok(json_with_etag(req, StatusCode::OK, &Value::Array(rows)))
     }
 }
 
@@ -192,7 +218,7 @@ pub fn uuids(app: &App, req: &Req) -> ApiResult<Response> {
                 .next(req.settings.uuid_algorithm, &req.settings.utc_id_suffix)
         })
         .collect();
-    let mut resp = json_with_etag(StatusCode::OK, &json!({"uuids": ids}));
+    let mut resp = json_with_etag(req, StatusCode::OK, &json!({"uuids": ids}));
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
@@ -205,9 +231,12 @@ pub fn uuids(app: &App, req: &Req) -> ApiResult<Response> {
 
 /// A JSON response with an `ETag` computed from its body (CouchDB tags
 /// these server-level listings with a hash of their content).
-fn json_with_etag(status: StatusCode, v: &Value) -> Response {
+fn json_with_etag(req: &Req, status: StatusCode, v: &Value) -> Response {
     let body = v.to_string();
     let tag = format!("\"{:016x}\"", xxhash_rust::xxh3::xxh3_64(body.as_bytes()));
+    if crate::render::none_match(req.header(header::IF_NONE_MATCH), &tag) {
+        return crate::render::not_modified(&tag);
+    }
     let mut resp = json_response(status, body);
     if let Ok(v) = HeaderValue::from_str(&tag) {
         resp.headers_mut().insert(header::ETAG, v);

@@ -81,12 +81,8 @@ pub async fn show(
         NoBody::Undefined,
     )?;
     let etag = etag(&design, &doc_rev, req);
-    if req.header("if-none-match") == Some(etag.as_str()) {
-        return Ok(Response::builder()
-            .status(StatusCode::NOT_MODIFIED)
-            .header("ETag", &etag)
-            .body(AxBody::empty())
-            .expect("valid response"));
+    if crate::render::none_match(req.header("if-none-match"), &etag) {
+        return Ok(crate::render::not_modified(&etag));
     }
     let resp = app.design.show(&design, name, doc, &js_req).await?;
     external_response(
