@@ -39,6 +39,31 @@ fn server_endpoints() {
     assert!(ids.iter().all(|id| id.len() == 32));
     assert_eq!(s.anon("GET", "/_uuids?count=100000", None).status, 400);
     assert_eq!(s.anon("GET", "/_uuids?count=x", None).status, 400);
+    // utc_id (and utc_random) ids strictly increase, also many within one
+    // microsecond, across requests, and as ids of POSTed documents.
+    for algo in ["utc_id", "utc_random"] {
+        let path = "/_node/_local/_config/uuids/algorithm";
+        let value = format!("\"{algo}\"");
+        assert_eq!(s.admin("PUT", path, Some(&value)).status, 200);
+        let mut all: Vec<String> = Vec::new();
+        for _ in 0..3 {
+            let u = s.anon("GET", "/_uuids?count=1000", None).json();
+            all.extend(
+                u["uuids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap().to_string()),
+            );
+        }
+        assert!(
+            all.windows(2).all(|w| w[0][..14] < w[1][..14]),
+            "{algo} ids strictly increase"
+        );
+        let width = if algo == "utc_id" { 14 } else { 32 };
+        assert!(all.iter().all(|id| id.len() == width), "{algo}: {}", all[0]);
+        assert_eq!(s.admin("DELETE", path, None).status, 200);
+    }
 
     // _session.
     let anon = s.anon("GET", "/_session", None).json();
