@@ -20,6 +20,7 @@ pub mod http;
 pub mod normalize;
 pub mod run;
 pub mod scenario;
+pub mod shapes;
 
 use std::collections::BTreeMap;
 use std::fmt;

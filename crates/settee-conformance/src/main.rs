@@ -5,6 +5,7 @@
 //! settee-conformance record URL [--dir tests/conformance] [--only GLOB]
 //! settee-conformance check  URL [--dir tests/conformance] [--only GLOB]
 //! settee-conformance gen-mango [--seed N] [--count M]   (scenarios to stdout)
+//! settee-conformance gen-shapes [--pending]             (the request-shape corpus to stdout)
 //! ```
 //! URL carries the admin: `http://admin:admin@127.0.0.1:5984`. Recording
 //! sets CouchDB's `[cluster] q` to 1 first (one shard: `_changes` in update
@@ -39,10 +40,22 @@ fn gen_mango(args: &[String]) -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("gen-shapes") && args.len() <= 2 {
+        let pending = match args.get(1).map(String::as_str) {
+            None => false,
+            Some("--pending") => true,
+            Some(_) => {
+                eprintln!("usage: settee-conformance gen-shapes [--pending]");
+                return ExitCode::from(2);
+            }
+        };
+        print!("{}", settee_conformance::shapes::gen_shapes(pending));
+        return ExitCode::SUCCESS;
+    }
     if args.first().map(String::as_str) == Some("gen-mango") {
         return gen_mango(&args[1..]);
     }
-    let usage = "usage: settee-conformance record|check URL [--dir DIR] [--only GLOB] | gen-mango [--seed N] [--count M]";
+    let usage = "usage: settee-conformance record|check URL [--dir DIR] [--only GLOB] | gen-mango [--seed N] [--count M] | gen-shapes [--pending]";
     if args.len() < 2 {
         eprintln!("{usage}");
         return ExitCode::from(2);

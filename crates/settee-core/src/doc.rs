@@ -232,7 +232,7 @@ impl Specials {
         };
         let deleted = match map.shift_remove("_deleted") {
             Some(Value::Bool(b)) => b,
-            Some(Value::Null) | None => false,
+            None => false,
             Some(_) => return Err(bad_special("_deleted")),
         };
         let revisions = match map.shift_remove("_revisions") {
@@ -246,7 +246,7 @@ impl Specials {
             None => rev,
         };
         let atts = match map.shift_remove("_attachments") {
-            None | Some(Value::Null) => None,
+            None => None,
             Some(v) => att::parse(v)?,
         };
         for k in IGNORED_SPECIALS {
@@ -325,13 +325,28 @@ pub fn next_local_rev(rev: Option<&str>, deleted: bool) -> Result<u64, DocError>
     n.checked_add(1).ok_or_else(invalid)
 }
 
-/// Parses `{"start": N, "ids": [hash, ...]}` into revisions, newest first.
+/// Parses `{"start": N, "ids": [hash, ...]}` into revisions, newest first,
+/// refusing a malformed history with CouchDB's `doc_validation` reasons.
 pub fn parse_revisions(v: &Value) -> Result<Vec<Rev>, DocError> {
-    let bad = || DocError::BadRequest("_revisions must be {\"start\": N, \"ids\": [...]}".into());
-    let start = v.get("start").and_then(Value::as_u64).ok_or_else(bad)?;
-    let ids = v.get("ids").and_then(Value::as_array).ok_or_else(bad)?;
+    let invalid = |m: &str| DocError::Validation(m.to_string());
+    if !v.is_object() {
+        return Err(bad_special("_revisions"));
+    }
+    let start = v
+        .get("start")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| invalid("_revisions.start isn't an integer."))?;
+    let ids = v
+        .get("ids")
+        .and_then(Value::as_array)
+        .ok_or_else(|| invalid("_revisions.ids isn't a array."))?;
+    if ids.iter().any(|h| !h.is_string()) {
+        return Err(invalid("RevId isn't a string"));
+    }
     if ids.is_empty() || (ids.len() as u64) > start || start > crate::rev::REV_POS_MAX {
-        return Err(bad());
+        return Err(DocError::BadRequest(
+            "_revisions must be {\"start\": N, \"ids\": [...]}".into(),
+        ));
     }
     ids.iter()
         .enumerate()
@@ -339,7 +354,7 @@ pub fn parse_revisions(v: &Value) -> Result<Vec<Rev>, DocError> {
             Some(h) if !h.is_empty() && h.len() <= crate::rev::REV_HASH_BYTES_MAX => {
                 Ok(Rev::new(start - i as u64, h))
             }
-            _ => Err(bad()),
+            _ => Err(invalid("RevId isn't a string")),
         })
         .collect()
 }

@@ -11,6 +11,7 @@ pub mod collate;
 pub mod design;
 pub mod doc;
 pub mod doc_text;
+pub mod erl;
 pub mod name;
 pub mod rev;
 pub mod revtree;

@@ -357,6 +357,9 @@ impl From<settee_replicator::RepError> for ApiError {
         use settee_replicator::RepError as R;
         match e {
             R::BadRequest(r) => ApiError::bad_request(r),
+            R::InvalidReplication(r) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_replication", r)
+            }
             R::LocalEndpoint => ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",

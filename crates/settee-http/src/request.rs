@@ -130,8 +130,28 @@ impl Query {
     }
 
     /// `rev=` as a revision.
+    /// `rev=`: every occurrence must be a revision (as CouchDB checks
+    /// them); the last one counts.
     pub fn rev(&self) -> ApiResult<Option<Rev>> {
-        self.get("rev").map(parse_rev).transpose()
+        let mut last = None;
+        for v in self.all("rev") {
+            last = Some(parse_rev(v)?);
+        }
+        Ok(last)
+    }
+
+    /// Every value of `key`, in order.
+    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether any occurrence of `key` is `true` (CouchDB's document
+    /// options add a flag for each `true` and ignore other values).
+    pub fn any_true(&self, key: &str) -> bool {
+        self.all(key).any(|v| v == "true")
     }
 
     pub fn pairs(&self) -> &[(String, String)] {
@@ -144,13 +164,17 @@ pub fn parse_rev(s: &str) -> ApiResult<Rev> {
         .map_err(|_| ApiError::bad_request("Invalid rev format"))
 }
 
-/// Parses `{"docid": ["rev", …], …}` (`_revs_diff`, `_missing_revs`, `_purge`).
-pub fn parse_id_revs(body: Map<String, Value>) -> ApiResult<Vec<(String, Vec<Rev>)>> {
+/// Parses `{"docid": ["rev", …], …}` (`_revs_diff`, `_missing_revs`,
+/// `_purge`); `not_list` is the reason for a value that is no list.
+pub fn parse_id_revs(
+    body: Map<String, Value>,
+    not_list: &'static str,
+) -> ApiResult<Vec<(String, Vec<Rev>)>> {
     body.into_iter()
         .map(|(id, revs)| {
             let revs = revs
                 .as_array()
-                .ok_or_else(|| ApiError::bad_request("Revisions must be a list of strings"))?
+                .ok_or_else(|| ApiError::bad_request(not_list))?
                 .iter()
                 .map(|r| {
                     r.as_str()
@@ -386,7 +410,8 @@ impl Req {
     /// The durability a write asks for: `batch=ok`, then the
     /// `X-Couch-Full-Commit` header, then the `delayed_commits` setting.
     pub fn durability(&self) -> Durability {
-        if self.query.get("batch") == Some("ok") {
+        // The first `batch` counts, as in CouchDB.
+        if self.query.all("batch").next() == Some("ok") {
             return Durability::Batch;
         }
         self.commit_durability()

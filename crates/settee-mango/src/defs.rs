@@ -261,6 +261,8 @@ impl NewIndex {
                 ),
             ));
         };
+        // A json index's definition takes these members only.
+        check_keys(index, &["fields", "partial_filter_selector"])?;
         let fields_json = index
             .get("fields")
             .ok_or_else(|| {

@@ -155,9 +155,8 @@ pub fn run(views: &Views, db: &Database, req: &FindRequest, plan: &Plan) -> Resu
         last: None,
         stats: Stats::default(),
     };
-    let past_end = req.bookmark_given.as_deref() == Some("");
     let nothing = plan.unsatisfiable || plan.reads_nothing;
-    if !is_empty_combinator(&req.selector_json) && !past_end && !nothing {
+    if !is_empty_combinator(&req.selector_json) && !nothing {
         match plan.index.kind {
             Kind::Special => all_docs(db, req, plan, &mut c)?,
             Kind::Json => json_index(views, db, req, plan, &mut c)?,

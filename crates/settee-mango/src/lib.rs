@@ -12,7 +12,7 @@
 //! is read through settee-db.
 
 pub mod defs;
-pub mod erl;
+pub use settee_core::erl;
 pub mod error;
 pub mod explain;
 pub mod find;
@@ -35,7 +35,13 @@ pub fn find(
     body: &Map<String, Value>,
     partition: Option<&str>,
 ) -> Result<Value> {
-    let req = parse_in(db, body, partition)?;
+    let req = parse_in(db, body, partition, true)?;
+    if let Some(s) = &req.bookmark_invalid {
+        return Err(error::MangoError::invalid(
+            "invalid_bookmark",
+            format!("Invalid bookmark value: \"{s}\""),
+        ));
+    }
     let defs = defs::list(db)?;
     let plan = plan::choose(&defs, &req)?;
     let found = find::run(views, db, &req, &plan)?;
@@ -45,7 +51,7 @@ pub fn find(
 /// `POST /db/_explain` (`partition`: of `/db/_partition/P/_explain`).
 /// Blocking.
 pub fn explain(db: &Database, body: &Map<String, Value>, partition: Option<&str>) -> Result<Value> {
-    let req = parse_in(db, body, partition)?;
+    let req = parse_in(db, body, partition, false)?;
     let defs = defs::list(db)?;
     match plan::choose(&defs, &req) {
         Ok(plan) => Ok(explain::describe(db.name(), db.partitioned(), &req, &plan)),
@@ -62,11 +68,13 @@ pub fn explain(db: &Database, body: &Map<String, Value>, partition: Option<&str>
 /// A request's body read in its database and partition: the path's
 /// partition, else the body's `partition` (only a partitioned database
 /// has partitions); a body naming another partition than the path is
-/// CouchDB's 500 `bad_partition`.
+/// CouchDB's 500 `bad_partition`. `_find` (`finding`) refuses a body's
+/// partition in an unpartitioned database; `_explain` ignores it.
 fn parse_in(
     db: &Database,
     body: &Map<String, Value>,
     partition: Option<&str>,
+    finding: bool,
 ) -> Result<FindRequest> {
     let mut req = FindRequest::parse(body)?;
     if let (Some(p), Some(b)) = (partition, req.partition.as_deref()) {
@@ -83,8 +91,15 @@ fn parse_in(
     if let Some(p) = partition {
         req.partition = Some(p.to_string());
     }
-    if !db.partitioned() {
-        req.partition = None;
+    if !db.partitioned() && req.partition.is_some() {
+        // `_explain` plans it anyway: no index of the database is a
+        // partitioned one, so the plan reads `_all_docs`.
+        if finding {
+            return Err(error::MangoError::invalid(
+                "bad_request",
+                "partition specified on non-partitioned db",
+            ));
+        }
     }
     if let Some(p) = &req.partition {
         settee_core::name::validate_partition(p)

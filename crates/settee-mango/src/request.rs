@@ -104,8 +104,11 @@ pub struct FindRequest {
     pub use_index: Option<UseIndex>,
     /// `use_index` as given (for `_explain`).
     pub use_index_given: Vec<String>,
-    /// `bookmark` as given.
+    /// `bookmark` as given (an empty one as none).
     pub bookmark_given: Option<String>,
+    /// A bookmark string that is no bookmark: `_find` refuses it,
+    /// `_explain` only shows it.
+    pub bookmark_invalid: Option<String>,
     pub bookmark: Option<Bookmark>,
     pub limit: u64,
     pub skip: u64,
@@ -146,21 +149,23 @@ impl FindRequest {
             ));
         }
         let selector = Selector::parse(&selector_json).map_err(selector_error)?;
+        // `null` is no option at all for `use_index` and `bookmark`, as in
+        // CouchDB (clients that write every option send it); an empty
+        // bookmark is the first page, like "nil".
         let use_index = match body.get("use_index") {
-            None => None,
+            None | Some(Value::Null) => None,
             Some(v) => use_index(v)?,
         };
+        let mut bookmark_invalid = None;
         let bookmark = match body.get("bookmark") {
-            None => None,
-            // An empty bookmark: CouchDB answers with no documents.
+            None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.is_empty() => None,
             Some(Value::String(s)) => match Bookmark::decode(s) {
                 Some(b) => Some(b),
+                // Only `_find` reads a bookmark: `_explain` shows it as given.
                 None => {
-                    return Err(MangoError::invalid(
-                        "invalid_bookmark",
-                        format!("Invalid bookmark value: \"{s}\""),
-                    ))
+                    bookmark_invalid = Some(s.clone());
+                    None
                 }
             },
             Some(other) => {
@@ -179,9 +184,10 @@ impl FindRequest {
             None => Vec::new(),
             Some(v) => sort(v)?,
         };
+        // An empty list is every field, as no list is.
         let fields = match body.get("fields") {
             None => None,
-            Some(v) => Some(fields(v)?),
+            Some(v) => Some(fields(v)?).filter(|f: &Vec<String>| !f.is_empty()),
         };
         let r = match body.get("r") {
             None => 1,
@@ -225,18 +231,36 @@ impl FindRequest {
         }
         let execution_stats = boolean(body.get("execution_stats"), false)?;
         let allow_fallback = boolean(body.get("allow_fallback"), true)?;
+        // As CouchDB shows them: design document names without their
+        // `_design/` prefix, an empty bookmark as "nil".
+        let strip = |s: &str| s.strip_prefix("_design/").unwrap_or(s).to_string();
         let use_index_given = match body.get("use_index") {
-            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::String(s)) => vec![strip(s)],
             Some(Value::Array(a)) => a
                 .iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
+                .enumerate()
+                .filter_map(|(i, v)| {
+                    v.as_str()
+                        .map(|s| if i == 0 { strip(s) } else { s.to_string() })
+                })
                 .collect(),
             _ => Vec::new(),
         };
         let bookmark_given = body
             .get("bookmark")
             .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
             .map(str::to_string);
+        let partition = match body.get("partition") {
+            None => None,
+            Some(Value::String(p)) => Some(p.clone()).filter(|p| !p.is_empty()),
+            Some(_) => {
+                return Err(MangoError::invalid(
+                    "illegal_partition",
+                    "Partition must be a string",
+                ))
+            }
+        };
         Ok(FindRequest {
             selector_json,
             selector,
@@ -255,11 +279,8 @@ impl FindRequest {
             execution_stats,
             allow_fallback,
             given,
-            partition: body
-                .get("partition")
-                .and_then(Value::as_str)
-                .filter(|p| !p.is_empty())
-                .map(str::to_string),
+            partition,
+            bookmark_invalid,
         })
     }
 }
@@ -457,10 +478,27 @@ mod tests {
             "Invalid sort field: {[{<<\"n\">>,<<\"up\">>}]}"
         );
         assert_eq!(err(json!({"selector": {}, "foo": 1})).0, "invalid_key");
-        assert_eq!(
-            err(json!({"selector": {}, "bookmark": "garbage"})).0,
-            "invalid_bookmark"
-        );
+        // Only `_find` reads a bookmark: parsing keeps a bad one aside.
+        let r = parse(json!({"selector": {}, "bookmark": "garbage"})).expect("parses");
+        assert_eq!(r.bookmark_invalid.as_deref(), Some("garbage"));
+    }
+
+    #[test]
+    fn null_and_empty_are_options_left_out() {
+        // A client that writes every option sends these.
+        let r = parse(json!({"selector": {}, "use_index": null, "bookmark": null}))
+            .expect("valid");
+        assert!(r.use_index.is_none() && r.bookmark.is_none() && r.bookmark_invalid.is_none());
+        let r = parse(json!({"selector": {}, "bookmark": "", "fields": []})).expect("valid");
+        assert!(r.bookmark.is_none() && r.bookmark_given.is_none() && r.fields.is_none());
+        let r = parse(json!({"selector": {}, "use_index": "_design/ix"})).expect("valid");
+        assert_eq!(r.use_index_given, vec!["ix".to_string()]);
+        assert!(matches!(
+            parse(json!({"selector": {}, "partition": 1})),
+            Err(MangoError::Invalid { error: "illegal_partition", .. })
+        ));
+        // Others refuse `null` as CouchDB does.
+        assert!(parse(json!({"selector": {}, "limit": null})).is_err());
     }
 
     #[test]

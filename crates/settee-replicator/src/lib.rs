@@ -34,6 +34,10 @@ pub enum RepError {
     /// The definition is invalid (400 `bad_request`).
     #[error("{0}")]
     BadRequest(String),
+    /// An endpoint object without a usable `url` (CouchDB's
+    /// `invalid_replication`).
+    #[error("{0}")]
+    InvalidReplication(String),
     /// A local database name where only URLs are allowed (a `_replicator`
     /// document), as CouchDB 3 refuses it.
     #[error("local_endpoints_not_supported")]

@@ -415,7 +415,11 @@ impl Scheduler {
                         Err(Refused::Full) => (Some(p.full_id), "too many replications".into()),
                     }
                 }
-                Err(e @ (RepError::BadRequest(_) | RepError::LocalEndpoint)) => return Err(e),
+                Err(
+                    e @ (RepError::BadRequest(_)
+                    | RepError::InvalidReplication(_)
+                    | RepError::LocalEndpoint),
+                ) => return Err(e),
                 Err(e) => (None, e.to_string()),
             };
             report("crashing", id.as_deref(), Some(&reason));

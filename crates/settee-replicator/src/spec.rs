@@ -163,6 +163,30 @@ fn boolean(body: &Map<String, Value>, key: &str, default: bool) -> Result<bool, 
     }
 }
 
+/// The options' types, checked in the body's order before anything else
+/// (as CouchDB does): a flag must be a boolean and an object option an
+/// object, `null` included.
+fn check_types(body: &Map<String, Value>) -> Result<(), RepError> {
+    const FLAGS: &[&str] = &[
+        "cancel",
+        "continuous",
+        "create_target",
+        "use_checkpoints",
+        "use_bulk_get",
+        "winning_revs_only",
+    ];
+    const OBJECTS: &[&str] = &["selector", "create_target_params"];
+    for (k, v) in body {
+        if FLAGS.contains(&k.as_str()) && !v.is_boolean() {
+            return Err(bad(format!("parameter `{k}` must be a boolean")));
+        }
+        if OBJECTS.contains(&k.as_str()) && !v.is_object() {
+            return Err(bad(format!("parameter `{k}` must be a JSON object")));
+        }
+    }
+    Ok(())
+}
+
 fn integer(body: &Map<String, Value>, key: &str, default: u64, min: u64) -> Result<u64, RepError> {
     match body.get(key) {
         None | Some(Value::Null) => Ok(default),
@@ -187,10 +211,9 @@ fn endpoint(v: Option<&Value>, which: &str, local: Option<&Local>) -> Result<End
         }
         Some(Value::String(s)) => (s.as_str(), Map::new(), None),
         Some(Value::Object(o)) => {
-            let url = o
-                .get("url")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad(format!("`{which}` must have a string `url`")))?;
+            let url = o.get("url").and_then(Value::as_str).ok_or_else(|| {
+                RepError::InvalidReplication("endpoint has an invalid url".into())
+            })?;
             let headers = match o.get("headers") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(h)) => h.clone(),
@@ -279,6 +302,7 @@ impl Spec {
         let body = body
             .as_object()
             .ok_or_else(|| bad("Request body must be a JSON object"))?;
+        check_types(body)?;
         let cancel = boolean(body, "cancel", false)?;
         let replication_id = match body.get("replication_id") {
             None | Some(Value::Null) => None,

@@ -8,6 +8,7 @@
 //! JSON); parameters apply in order, later ones overriding earlier ones.
 
 use serde_json::{Map, Value};
+use settee_core::erl::{term, Style};
 
 use crate::error::{Result, ViewError};
 
@@ -36,6 +37,9 @@ pub struct ViewArgs {
     pub skip: u64,
     pub include_docs: bool,
     pub conflicts: bool,
+    /// Whether `conflicts` was given at all (a reduce refuses even
+    /// `conflicts=false`, as CouchDB does).
+    pub conflicts_given: bool,
     /// With `include_docs`: attachment bytes inline (`attachments`), and
     /// their encoding (`att_encoding_info`).
     pub attachments: bool,
@@ -65,6 +69,7 @@ impl Default for ViewArgs {
             skip: 0,
             include_docs: false,
             conflicts: false,
+            conflicts_given: false,
             attachments: false,
             att_encoding_info: false,
             update_seq: false,
@@ -106,8 +111,7 @@ impl Src<'_> {
             // An empty string is an empty list to Erlang.
             Src::Text("") => "[]".to_string(),
             Src::Text(s) => format!("{s:?}"),
-            Src::Json(Value::String(s)) => format!("<<{s:?}>>"),
-            Src::Json(v) => v.to_string(),
+            Src::Json(v) => term(v, Style::Readable),
         }
     }
 
@@ -123,11 +127,18 @@ impl Src<'_> {
             Src::Json(Value::Bool(b)) => return Ok(*b),
             Src::Json(Value::String(s)) => s,
             Src::Text(s) => s,
-            Src::Json(v) => return Err(query_parse(format!("Invalid boolean parameter: {v}"))),
+            Src::Json(v) => {
+                return Err(query_parse(format!(
+                    "Invalid boolean parameter: {}",
+                    term(v, Style::Readable)
+                )))
+            }
         };
         match text.to_ascii_lowercase().as_str() {
             "true" => Ok(true),
             "false" => Ok(false),
+            // CouchDB reads the text as a list: an empty one prints `[]`.
+            "" => Err(query_parse("Invalid boolean parameter: []")),
             _ => Err(query_parse(format!("Invalid boolean parameter: {text:?}"))),
         }
     }
@@ -202,7 +213,10 @@ impl ViewArgs {
             "descending" => self.descending = v.boolean()?,
             "inclusive_end" => self.inclusive_end = v.boolean()?,
             "include_docs" => self.include_docs = v.boolean()?,
-            "conflicts" => self.conflicts = v.boolean()?,
+            "conflicts" => {
+                self.conflicts = v.boolean()?;
+                self.conflicts_given = true;
+            }
             "update_seq" => self.update_seq = v.boolean()?,
             "reduce" => self.reduce = Some(v.boolean()?),
             "group" => self.group = Some(v.boolean()?),
@@ -319,10 +333,11 @@ impl ViewArgs {
             if self.include_docs {
                 return Err(query_parse("`include_docs` is invalid for reduce"));
             }
-            if self.conflicts {
+            if self.conflicts_given {
                 return Err(query_parse("`conflicts` is invalid for reduce views."));
             }
-            if keyed && self.group_level() != Some(None) {
+            // Even an empty list of keys is a multi-key fetch.
+            if self.keys.is_some() && self.group_level() != Some(None) {
                 return Err(query_parse(
                     "Multi-key fetches for reduce views must use `group=true`",
                 ));

@@ -92,12 +92,15 @@ pub fn parse_since(v: &serde_json::Value) -> ApiResult<Vec<Rev>> {
 pub fn att_ask(req: &Req) -> ApiResult<AttAsk> {
     let q = &req.query;
     let encoding_info = q.get("att_encoding_info") == Some("true");
-    let since = match q.get("atts_since") {
-        Some(spec) => Some(parse_since(&serde_json::from_str(spec).map_err(|_| {
-            ApiError::bad_request("atts_since is not a JSON list of revisions")
-        })?)?),
-        None => None,
-    };
+    // Every occurrence is read, as CouchDB does; the last one counts.
+    let mut since = None;
+    for spec in q.all("atts_since") {
+        let v = crate::request::parse_json_bytes(spec.as_bytes())?;
+        if !v.is_array() {
+            return Err(ApiError::bad_request("Invalid list of revisions"));
+        }
+        since = Some(parse_since(&v)?);
+    }
     let view = if q.get("attachments") == Some("true") || since.is_some() {
         AttView::Data {
             encoding_info,

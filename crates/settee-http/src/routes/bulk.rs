@@ -715,6 +715,14 @@ fn bulk_get_ask(item: &Value, partitioned: bool) -> BulkGetAsk {
             )
         }
     };
+    if let Some(since) = map.get("atts_since").filter(|v| !v.is_array()) {
+        return bad(
+            id_value.clone(),
+            since.clone(),
+            "bad_request",
+            "att_since value must be array of revs.".into(),
+        );
+    }
     BulkGetAsk {
         id: id_value.clone(),
         what: Ok((id, rev)),
@@ -761,8 +769,9 @@ pub async fn bulk_get(app: &App, req: &mut Req, name: &str) -> ApiResult<Respons
         })
         .collect();
     let opts = GetOptions {
-        revs: q.flag("revs")?,
-        latest: q.flag("latest")?,
+        // As CouchDB reads them here: only `true` turns them on.
+        revs: q.any_true("revs"),
+        latest: q.any_true("latest"),
         conflicts: q.flag("conflicts")?,
         ..GetOptions::default()
     };
@@ -865,7 +874,7 @@ pub async fn revs_diff(
     require_db_reader(req)?;
     let db = app.db(name)?;
     let body = req.json_object().await?;
-    let asks = parse_id_revs(body)?;
+    let asks = parse_id_revs(body, "Revisions must be a list of strings")?;
     let out = tokio::task::spawn_blocking(move || -> ApiResult<String> {
         let reader = db.reader()?;
         let mut out = String::from(if missing_only {

@@ -304,11 +304,12 @@ fn header_case(name: &str) -> String {
 async fn parse_params(app: &App, req: &mut Req, db: &Database) -> ApiResult<Params> {
     // A POST body comes first (as in CouchDB): it must be a JSON object.
     let body: Option<Map<String, Value>> = if req.method == Method::POST {
+        // CouchDB wants a JSON content type on every POST, bodiless too.
+        req.require_json_ctype()?;
         let bytes = req.body_bytes().await?;
         if bytes.is_empty() {
             None
         } else {
-            req.require_json_ctype()?;
             match parse_json_bytes(&bytes)? {
                 Value::Object(m) => Some(m),
                 _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
@@ -317,46 +318,60 @@ async fn parse_params(app: &App, req: &mut Req, db: &Database) -> ApiResult<Para
     } else {
         None
     };
+    // CouchDB's _changes reads every parameter in order: each occurrence
+    // of a valued one is checked and the last counts; a flag is on when
+    // any occurrence is `true` (another value leaves it as it was).
     let q = &req.query;
-    let heartbeat_ms = match q.get("heartbeat") {
-        None => None,
-        Some("true") => Some(60_000),
-        Some(v) => match v.parse::<i64>() {
-            Ok(n) if n > 0 => Some((n as u64).max(HEARTBEAT_MIN_MS)),
-            Ok(_) => {
-                return Err(ApiError::bad_request(
-                    "The heartbeat value should be a positive integer (in milliseconds).",
-                ))
-            }
-            Err(_) => return Err(ApiError::bad_request(
+    fn each<T>(
+        q: &crate::request::Query,
+        key: &str,
+        parse: impl Fn(&str) -> ApiResult<T>,
+    ) -> ApiResult<Option<T>> {
+        let mut last = None;
+        for v in q.all(key) {
+            last = Some(parse(v)?);
+        }
+        Ok(last)
+    }
+    let heartbeat_ms = each(q, "heartbeat", |v| match v {
+        "true" => Ok(60_000),
+        v => match v.parse::<i64>() {
+            Ok(n) if n > 0 => Ok((n as u64).max(HEARTBEAT_MIN_MS)),
+            Ok(_) => Err(ApiError::bad_request(
+                "The heartbeat value should be a positive integer (in milliseconds).",
+            )),
+            Err(_) => Err(ApiError::bad_request(
                 "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).",
             )),
         },
-    };
-    let seq_interval = match q.get("seq_interval") {
-        None => None,
-        Some(v) => match v.parse::<i64>() {
-            Ok(n) if n > 0 => Some(n as u64),
-            _ => return Err(ApiError::bad_request("invalid_seq_interval")),
-        },
-    };
-    let all_leaves = match q.get("style") {
-        None | Some("main_only") => false,
-        Some("all_docs") => true,
-        Some(_) => return Err(ApiError::bad_request("Supplied style is not valid")),
-    };
-    let limit =
-        match q.get("limit") {
-            None => DEFAULT_LIMIT,
-            Some(v) => i128::from(v.parse::<i64>().map_err(|_| {
-                ApiError::query_parse(format!("Invalid value for integer: \"{v}\""))
-            })?),
-        };
-    let timeout_ms = q.u64("timeout")?.unwrap_or(req.settings.changes_timeout_ms);
-    // As in CouchDB, only `true` turns these on; any other value is false.
-    let descending = q.get("descending") == Some("true");
-    let include_docs = q.get("include_docs") == Some("true");
-    let conflicts = q.get("conflicts") == Some("true");
+    })?;
+    let seq_interval = each(q, "seq_interval", |v| match v.parse::<i64>() {
+        Ok(n) if n > 0 => Ok(n as u64),
+        _ => Err(ApiError::bad_request("invalid_seq_interval")),
+    })?;
+    let all_leaves = each(q, "style", |v| match v {
+        "main_only" => Ok(false),
+        "all_docs" => Ok(true),
+        _ => Err(ApiError::bad_request("Supplied style is not valid")),
+    })?
+    .unwrap_or(false);
+    let limit = each(q, "limit", |v| {
+        v.parse::<i64>()
+            .map(i128::from)
+            .map_err(|_| ApiError::query_parse(format!("Invalid value for integer: \"{v}\"")))
+    })?
+    .unwrap_or(DEFAULT_LIMIT);
+    // A negative timeout is no wait at all (CouchDB takes any integer).
+    let timeout_ms = each(q, "timeout", |v| match v.parse::<i64>() {
+        Ok(n) if n < 0 => Ok(0),
+        _ => crate::request::Query::from_pairs(vec![("timeout".into(), v.into())])
+            .u64("timeout")
+            .map(|n| n.unwrap_or(0)),
+    })?
+    .unwrap_or(req.settings.changes_timeout_ms);
+    let descending = q.any_true("descending");
+    let include_docs = q.any_true("include_docs");
+    let conflicts = q.any_true("conflicts");
     let filter = match q.get("filter").unwrap_or("") {
         "" => Filter::None,
         "_doc_ids" => match &body {

@@ -261,7 +261,7 @@ pub async fn purge(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> 
             "Exceeded maximum number of documents ({PURGE_DOCS_MAX})."
         )));
     }
-    let reqs = parse_id_revs(body)?;
+    let reqs = parse_id_revs(body, "Invalid list of revisions")?;
     let total: usize = reqs.iter().map(|(_, revs)| revs.len()).sum();
     if total > PURGE_REVS_MAX {
         return Err(ApiError::bad_request(format!(

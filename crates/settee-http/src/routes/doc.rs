@@ -263,8 +263,15 @@ pub async fn write_with_atts(
 ) -> ApiResult<Response> {
     let kind = super::partition::check_write_id(db, id)?;
     authorize_write(req, kind)?;
+    // The path names the document, but a body's `_id` must still be one.
+    match map.get("_id") {
+        None | Some(Value::String(_)) if map.get("_id").and_then(Value::as_str) != Some("") => {}
+        Some(Value::String(_)) => return Err(settee_core::name::NameError::EmptyDocId.into()),
+        _ => return Err(settee_core::name::NameError::NotString.into()),
+    }
     merge_rev(req, &mut map, kind == DocKind::Local)?;
-    let new_edits = req.query.bool("new_edits")?.unwrap_or(true);
+    // As CouchDB reads it: the first `new_edits`, off only when `false`.
+    let new_edits = req.query.all("new_edits").next() != Some("false");
     if kind == DocKind::Local {
         return write_local(req, db, id, map, new_edits).await;
     }
@@ -476,7 +483,7 @@ pub struct ReadOpts {
 /// `revs_info` applies only to the winning revision (not with `rev=`).
 pub fn read_opts(req: &Req) -> ApiResult<ReadOpts> {
     let q = &req.query;
-    let on = |key| q.get(key) == Some("true");
+    let on = |key| q.any_true(key);
     let meta = on("meta");
     let rev = q.rev()?;
     let atts = super::att::att_ask(req)?;
@@ -495,6 +502,16 @@ pub fn read_opts(req: &Req) -> ApiResult<ReadOpts> {
         },
         atts,
     })
+}
+
+/// `open_revs=` as CouchDB reads it: every occurrence parsed, the last
+/// one counts, and an empty list is no `open_revs` at all.
+fn open_revs_of(q: &crate::request::Query) -> ApiResult<Option<OpenRevs>> {
+    let mut last = None;
+    for spec in q.all("open_revs") {
+        last = Some(parse_open_revs(spec)?);
+    }
+    Ok(last.filter(|w| !matches!(w, OpenRevs::Revs(r) if r.is_empty())))
 }
 
 /// `open_revs=`: `all`, or a JSON list of revisions.
@@ -520,7 +537,8 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
     let opts = read_opts(req)?;
     // The winning revision alone is one storage read (its body is inline in
     // the document's record): no snapshot needed for it.
-    let one_read = opts.get.rev.is_none() && req.query.get("open_revs").is_none();
+    let open_revs = open_revs_of(&req.query)?;
+    let one_read = opts.get.rev.is_none() && open_revs.is_none();
     let reader = if one_read {
         db.latest_reader()?
     } else {
@@ -529,8 +547,7 @@ fn get(app: &App, req: &Req, db: &Database, id: &str) -> ApiResult<Response> {
     app.stats
         .docs_read
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let Some(spec) = req.query.get("open_revs") {
-        let which = parse_open_revs(spec)?;
+    if let Some(which) = open_revs {
         let mut results = reader.open_revs(id, &which, &opts.get)?;
         if matches!(which, OpenRevs::AllLeaves) {
             if results.is_empty() {
