@@ -261,6 +261,21 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
     if let Some(resp) = design_redirect(&parts.method, parts.uri.path(), &parts.headers) {
         return resp;
     }
+    // The web console's assets: public, so served before authentication
+    // (the login page must load under require_valid_user).
+    if settee_console::is_console_path(parts.uri.path()) {
+        let mut resp = settee_console::serve(
+            &parts.method,
+            parts.uri.path(),
+            parts.uri.query(),
+            &parts.headers,
+        );
+        if !request::drain_unread(Some(body), &parts.headers).await {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return resp;
+    }
     method_override(&mut parts.method, &parts.headers);
     let query = Query::parse(parts.uri.query());
     let jsonp = match jsonp_callback(&settings, &query) {
