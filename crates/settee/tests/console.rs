@@ -1,0 +1,439 @@
+//! The web console at `/_utils/` in a real browser: Debian's headless
+//! Chromium driven over WebDriver (`chromedriver`, fantoccini) against the
+//! real binary on a random loopback port.
+//!
+//! Each test is a person's flow through the pages (log in, create a
+//! database, write and edit a document, attach a file, resolve a conflict,
+//! query with Mango, log out; a member who is no admin sees no admin
+//! action), checked in the page and, where the page claims a write, on the
+//! server too. Every wait is bounded ([`WAIT`]); the browser reaches no
+//! host but 127.0.0.1 (every name resolves to nothing, background
+//! networking off). Each test saves a screenshot of its last page under
+//! `CARGO_TARGET_TMPDIR/console-screenshots/`, failed or not.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Server, ADMIN};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+
+/// The longest any step waits for the page.
+const WAIT: Duration = Duration::from_secs(15);
+
+type R<T = ()> = Result<T, String>;
+
+/// A chromedriver on a free loopback port, killed on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver (chromium-driver, from scripts/ensure-deps)");
+        let deadline = Instant::now() + WAIT;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Driver { child, port }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A headless Chromium session with its own profile directory.
+async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
+    let caps = json!({
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900", format!("--user-data-dir={}", profile.display()),
+                "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-default-apps", "--disable-domain-reliability",
+                "--disable-client-side-phishing-detection", "--no-pings",
+                // No name resolves (127.0.0.1 is left as it is): nothing but the
+                // loopback address is reachable.
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            ],
+        }
+    });
+    let Value::Object(caps) = caps else {
+        unreachable!()
+    };
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session in headless Chromium")
+}
+
+/// Polls `check` until it answers `Some`, at most [`WAIT`].
+async fn until<T, F, Fut>(what: &str, mut check: F) -> R<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, String>>,
+{
+    let deadline = Instant::now() + WAIT;
+    let mut last = String::new();
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = e,
+        }
+        if Instant::now() > deadline {
+            return Err(format!("waited {WAIT:?} for {what}; last: {last}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The text of `css` once it contains `want`.
+async fn text_of(c: &Client, css: &str, want: &str) -> R<String> {
+    until(&format!("{css} to contain {want:?}"), || async {
+        let e = c.find(Locator::Css(css)).await.map_err(|e| e.to_string())?;
+        let t = e.text().await.map_err(|e| e.to_string())?;
+        if t.contains(want) {
+            Ok(Some(t))
+        } else {
+            Err(format!("text {t:?}"))
+        }
+    })
+    .await
+}
+
+async fn click(c: &Client, css: &str) -> R {
+    let e = until(&format!("{css} to be there"), || async {
+        c.find(Locator::Css(css))
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    e.click().await.map_err(|e| format!("click {css}: {e}"))
+}
+
+async fn type_into(c: &Client, css: &str, text: &str) -> R {
+    let e = c
+        .find(Locator::Css(css))
+        .await
+        .map_err(|e| format!("{css}: {e}"))?;
+    e.send_keys(text)
+        .await
+        .map_err(|e| format!("type into {css}: {e}"))
+}
+
+/// Whether `css` matches nothing (now).
+async fn absent(c: &Client, css: &str) -> R<bool> {
+    let found = c
+        .find_all(Locator::Css(css))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(found.is_empty())
+}
+
+/// Replaces the text of the CodeMirror editor `editor` (its container's
+/// CSS selector) by typing, as a person would: select all, then type.
+async fn set_editor(c: &Client, editor: &str, text: &str) -> R {
+    let content = format!("{editor} .cm-content");
+    click(c, &content).await?;
+    // Control-A, release (Null), then the text.
+    type_into(c, &content, &format!("\u{e009}a\u{e000}{text}")).await
+}
+
+async fn wait_hash(c: &Client, want: &str) -> R {
+    until(&format!("the page #{want}"), || async {
+        let u = c.current_url().await.map_err(|e| e.to_string())?;
+        let h = u.fragment().unwrap_or("").to_string();
+        if h == want {
+            Ok(Some(()))
+        } else {
+            Err(format!("at #{h}"))
+        }
+    })
+    .await
+}
+
+async fn log_in(c: &Client, s: &Server, name: &str, password: &str) -> R {
+    c.goto(&s.url("/_utils")).await.map_err(|e| e.to_string())?;
+    // /_utils redirects to /_utils/, which shows the login form.
+    until("the login form", || async {
+        Ok(c.find(Locator::Css("#login-name")).await.ok())
+    })
+    .await?;
+    let u = c.current_url().await.map_err(|e| e.to_string())?;
+    if u.path() != "/_utils/" {
+        return Err(format!("/_utils led to {u}"));
+    }
+    type_into(c, "#login-name", name).await?;
+    type_into(c, "#login-password", password).await?;
+    click(c, "#login-submit").await?;
+    text_of(c, "#whoami", name).await?;
+    Ok(())
+}
+
+async fn log_out(c: &Client) -> R {
+    click(c, "#logout").await?;
+    until("the login form after logging out", || async {
+        Ok(c.find(Locator::Css("#login-name")).await.ok())
+    })
+    .await?;
+    if !absent(c, "#whoami").await? {
+        return Err("still shown as logged in".into());
+    }
+    // The cookie is gone: the session is anonymous again.
+    let who = c
+        .execute_async(
+            "fetch('/_session').then(r => r.json()).then(arguments[0])",
+            vec![],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if !who["userCtx"]["name"].is_null() {
+        return Err(format!("still a session after logging out: {who}"));
+    }
+    Ok(())
+}
+
+/// Runs `flow` in a fresh browser, saves a screenshot of the last page as
+/// `name.png` (whatever happened), closes the session, then fails if the
+/// flow did.
+async fn in_browser<F, Fut>(name: &str, flow: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = R>,
+{
+    let driver = Driver::start();
+    let profile = tempfile::tempdir().expect("profile dir");
+    let c = browser(&driver, profile.path()).await;
+    let started = Instant::now();
+    let result = flow(c.clone()).await;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    if let Ok(png) = c.screenshot().await {
+        let _ = std::fs::write(dir.join(format!("{name}.png")), png);
+    }
+    let _ = c.close().await;
+    eprintln!(
+        "{name}: {:.1} s in the browser, screenshot in {}",
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    );
+    if let Err(e) = result {
+        panic!("{name}: {e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
+    let s = Server::start();
+    let upload = tempfile::tempdir().expect("upload dir");
+    let file = upload.path().join("hello.txt");
+    std::fs::write(&file, "hello from the console\n").expect("write upload");
+    in_browser("admin", |c| async move {
+        let c = &c;
+        log_in(c, &s, ADMIN.0, ADMIN.1).await?;
+        text_of(c, "#whoami", "(server admin)").await?;
+
+        // Create a database.
+        click(c, "#create-db").await?;
+        type_into(c, "#new-db-name", "console-db").await?;
+        click(c, "#new-db-submit").await?;
+        wait_hash(c, "/db/console-db").await?;
+        text_of(c, "#db-info", "0 documents").await?;
+        if s.admin("GET", "/console-db", None).status != 200 {
+            return Err("the database was not created".into());
+        }
+
+        // Create a document.
+        click(c, "#new-doc").await?;
+        wait_hash(c, "/db/console-db/new").await?;
+        set_editor(c, "#doc-editor", r#"{"_id": "ada", "name": "Ada", "age": 36}"#).await?;
+        click(c, "#save-doc").await?;
+        wait_hash(c, "/db/console-db/doc/ada").await?;
+        text_of(c, "#doc-rev", "1-").await?;
+
+        // Invalid JSON is refused before anything is sent.
+        let content = "#doc-editor .cm-content";
+        click(c, content).await?;
+        type_into(c, content, "\u{e009}\u{e010}\u{e000}oops").await?; // Control-End: the end
+        click(c, "#save-doc").await?;
+        text_of(c, ".error", "Not valid JSON").await?;
+        if !s.admin("GET", "/console-db/ada", None).json()["_rev"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("1-")
+        {
+            return Err("an invalid edit reached the server".into());
+        }
+        // Take it back and add a member before the closing brace instead.
+        type_into(c, content, "\u{e003}\u{e003}\u{e003}\u{e003}").await?; // Backspace x4
+        type_into(c, content, "\u{e012}").await?; // Left: before the "}"
+        type_into(c, content, r#", "city": "London""#).await?;
+        click(c, "#save-doc").await?;
+        text_of(c, ".notice", "Saved as revision 2-").await?;
+        text_of(c, "#doc-rev", "2-").await?;
+        let doc = s.admin("GET", "/console-db/ada", None).json();
+        if doc["city"] != "London" || doc["name"] != "Ada" {
+            return Err(format!("the edit was not saved: {doc}"));
+        }
+
+        // Attach a file, then download it through the page's link.
+        let input = c
+            .find(Locator::Css("#att-file"))
+            .await
+            .map_err(|e| e.to_string())?;
+        input
+            .send_keys(file.to_str().expect("utf-8 path"))
+            .await
+            .map_err(|e| e.to_string())?;
+        text_of(c, "#attachments", "hello.txt").await?;
+        text_of(c, "#doc-rev", "3-").await?;
+        let link = c
+            .find(Locator::Css("#attachments a"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let href = link
+            .attr("href")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no href")?;
+        let body = c
+            .execute_async(
+                "fetch(arguments[0]).then(r => r.text()).then(arguments[1])",
+                vec![json!(href)],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if body != "hello from the console\n" {
+            return Err(format!("downloaded {body}"));
+        }
+
+        // A conflicting revision arrives (as a replication would write it);
+        // the page shows it and keeps the one picked.
+        let r = s.admin(
+            "POST",
+            "/console-db/_bulk_docs",
+            Some(r#"{"new_edits": false, "docs": [{"_id": "ada", "_rev": "1-ffffffffffffffffffffffffffffffff", "name": "Other Ada"}]}"#),
+        );
+        if r.status != 201 {
+            return Err(format!("conflict not written: {r:?}"));
+        }
+        c.refresh().await.map_err(|e| e.to_string())?;
+        text_of(c, "#conflicts", "1 conflicting revision").await?;
+        text_of(c, "#conflicts", "1-ffffffffffffffffffffffffffffffff").await?;
+        // The first entry is the current winner: keep it.
+        click(c, "#conflicts li button").await?;
+        text_of(c, ".notice", "1 other revision(s) deleted").await?;
+        until("the conflicts to go", || async {
+            Ok(absent(c, "#conflicts").await?.then_some(()))
+        })
+        .await?;
+        let doc = s
+            .admin("GET", "/console-db/ada?conflicts=true", None)
+            .json();
+        if doc.get("_conflicts").is_some() || doc["city"] != "London" {
+            return Err(format!("conflict not resolved as picked: {doc}"));
+        }
+
+        // Mango: the query finds the document; the plan names the index.
+        s.admin(
+            "POST",
+            "/console-db",
+            Some(r#"{"name": "Grace", "city": "Arlington"}"#),
+        );
+        c.goto(&s.url("/_utils/#/db/console-db/find"))
+            .await
+            .map_err(|e| e.to_string())?;
+        set_editor(c, "#find-editor", r#"{"selector": {"city": "London"}}"#).await?;
+        click(c, "#run-find").await?;
+        text_of(c, "#find-results", "1 document(s)").await?;
+        text_of(c, "#find-results", "Ada").await?;
+        text_of(c, "#find-stats", "Examined 2 document(s)").await?;
+        click(c, "#run-explain").await?;
+        text_of(c, "#plan-index", "_all_docs").await?;
+
+        // An index: created in the page, then the plan uses it.
+        click(c, "#new-index").await?;
+        set_editor(
+            c,
+            "#index-editor",
+            r#"{"index": {"fields": ["city"]}, "name": "by-city", "type": "json"}"#,
+        )
+        .await?;
+        click(c, "#create-index").await?;
+        text_of(c, "#indexes", "by-city").await?;
+        click(c, "#run-explain").await?;
+        text_of(c, "#plan-index", "by-city").await?;
+
+        log_out(c).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_reads_but_sees_no_admin_action() {
+    let s = Server::start();
+    let user = json!({"name": "bob", "password": "bob-pw", "roles": [], "type": "user"});
+    let r = s.admin(
+        "PUT",
+        "/_users/org.couchdb.user:bob",
+        Some(&user.to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    s.create_db("team");
+    let sec =
+        r#"{"admins": {"names": [], "roles": []}, "members": {"names": ["bob"], "roles": []}}"#;
+    assert_eq!(s.admin("PUT", "/team/_security", Some(sec)).status, 200);
+    let r = s.admin("PUT", "/team/note1", Some(r#"{"text": "for bob"}"#));
+    assert_eq!(r.status, 201, "{r:?}");
+    in_browser("member", |c| async move {
+        let c = &c;
+        log_in(c, &s, "bob", "bob-pw").await?;
+        let who = text_of(c, "#whoami", "bob").await?;
+        if who.contains("admin") {
+            return Err(format!("bob shown as {who}"));
+        }
+        // CouchDB lets only admins list databases: the page says so and
+        // offers no creation.
+        text_of(c, "main", "Only server admins may list the databases").await?;
+        if !absent(c, "#create-db").await? {
+            return Err("a member is offered to create databases".into());
+        }
+        type_into(c, "#open-db", "team\n").await?;
+        wait_hash(c, "/db/team").await?;
+        text_of(c, "#docs-table", "note1").await?;
+        // A member may query but not create indexes (design documents).
+        click(c, ".tabs a[href='#/db/team/find']").await?;
+        text_of(c, "#indexes", "_all_docs").await?;
+        if !absent(c, "#new-index").await? {
+            return Err("a member is offered to create indexes".into());
+        }
+        click(c, "#run-find").await?;
+        text_of(c, "#find-results", "note1").await?;
+        log_out(c).await
+    })
+    .await;
+}
