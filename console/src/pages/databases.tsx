@@ -31,8 +31,9 @@ export function Databases({ user }: { user: UserCtx | null }) {
     let live = true;
     const start = starts[page] || filter;
     const opts: Record<string, unknown> = { limit: perPage + 1 };
-    if (start) opts.startkey = start;
-    if (filter) opts.endkey = filter + "\ufff0";
+    // Keys are JSON (strings quoted), as CouchDB reads them.
+    if (start) opts.startkey = JSON.stringify(start);
+    if (filter) opts.endkey = JSON.stringify(filter + "\ufff0");
     (async () => {
       try {
         const names: string[] = await api("GET", "/_all_dbs" + qs(opts));

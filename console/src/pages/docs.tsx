@@ -22,7 +22,7 @@ export function Docs({ db }: { db: string; user: UserCtx | null }) {
     let live = true;
     const start = starts[page];
     const opts: Record<string, unknown> = { limit: perPage + 1, include_docs: includeDocs || undefined };
-    if (start !== null) opts.startkey = start;
+    if (start !== null) opts.startkey = JSON.stringify(start);
     api("GET", path(db, "_all_docs") + qs(opts)).then(
       (r) => live && (setResult(r), setError(null)),
       (e) => live && setError(e),

@@ -45,7 +45,7 @@ export function Views({ db }: { db: string }) {
       onInput={(e) => setO({ ...o, [k]: (e.target as HTMLInputElement).value })} /></label>
   );
   const flag = (k: string, label: string) => (
-    <label class="check"><input type="checkbox" checked={!!flags[k]}
+    <label class="check"><input type="checkbox" id={`view-${k}`} checked={!!flags[k]}
       onChange={(e) => setFlags({ ...flags, [k]: (e.target as HTMLInputElement).checked })} /> {label}</label>
   );
   if (ddocs && ddocs.length === 0) {

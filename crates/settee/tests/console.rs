@@ -437,3 +437,72 @@ async fn member_reads_but_sees_no_admin_action() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_list_pages_views_run_and_changes_follow() {
+    let s = Server::start();
+    for i in 0..23 {
+        s.create_db(&format!("list-{i:02}"));
+    }
+    let r = s.admin("PUT", "/other?partitioned=true", None);
+    assert_eq!(r.status, 201, "{r:?}");
+    let docs = r#"{"docs": [{"_id": "a", "kind": "x"}, {"_id": "b", "kind": "y"}, {"_id": "c", "kind": "x"}]}"#;
+    assert_eq!(
+        s.admin("POST", "/list-00/_bulk_docs", Some(docs)).status,
+        201
+    );
+    let ddoc = r#"{"views": {"by-kind": {"map": "function (d) { if (d.kind) emit(d.kind, 1); }", "reduce": "_count"}}}"#;
+    assert_eq!(s.admin("PUT", "/list-00/_design/k", Some(ddoc)).status, 201);
+    in_browser("lists", |c| async move {
+        let c = &c;
+        log_in(c, &s, ADMIN.0, ADMIN.1).await?;
+        // 26 databases (with _replicator and _users): a first page of 20,
+        // then the rest.
+        text_of(c, "#db-table", "list-17").await?;
+        let t = text_of(c, "#db-table", "_users").await?;
+        if t.contains("list-18") || t.contains("other") {
+            return Err(format!("more than a page: {t}"));
+        }
+        click(c, "button[aria-label='Next page']").await?;
+        text_of(c, "#db-table", "other").await?;
+        text_of(c, "tr[data-db='other']", "yes").await?; // partitioned
+                                                         // A prefix filter.
+        type_into(c, "#db-filter", "list-1").await?;
+        until("ten databases listed", || async {
+            let rows = c
+                .find_all(Locator::Css("#db-table tbody tr"))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((rows.len() == 10).then_some(()))
+        })
+        .await?;
+        if !absent(c, "tr[data-db='list-00']").await? {
+            return Err("the filter kept list-00".into());
+        }
+        text_of(c, "#db-table", "list-15").await?;
+
+        // The view, reduced and not.
+        c.goto(&s.url("/_utils/#/db/list-00/views"))
+            .await
+            .map_err(|e| e.to_string())?;
+        text_of(c, "#view-select", "k/by-kind").await?;
+        click(c, "#run-view").await?;
+        text_of(c, "#view-results", "3").await?; // _count of everything
+        click(c, "#view-noreduce").await?;
+        click(c, "#run-view").await?;
+        text_of(c, "#view-results", "3 row(s) of 3").await?;
+
+        // Changes: the latest, then a write shows up live.
+        c.goto(&s.url("/_utils/#/db/list-00/changes"))
+            .await
+            .map_err(|e| e.to_string())?;
+        text_of(c, "#changes-table", "_design/k").await?;
+        let r = s.admin("PUT", "/list-00/live-one", Some("{}"));
+        if r.status != 201 {
+            return Err(format!("write failed: {r:?}"));
+        }
+        text_of(c, "#changes-table", "live-one").await?;
+        Ok(())
+    })
+    .await;
+}
