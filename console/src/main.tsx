@@ -13,6 +13,24 @@ import { DocPage } from "./pages/doc";
 import { Find } from "./pages/find";
 import { Views } from "./pages/views";
 import { Changes } from "./pages/changes";
+import { Security } from "./pages/security";
+import { Replication } from "./pages/replication";
+import { Users } from "./pages/users";
+import { Config } from "./pages/config";
+import { Tasks } from "./pages/tasks";
+import { Stats } from "./pages/stats";
+
+/** The server-wide pages, for server admins (CouchDB lets no one else
+ * read them). A Cluster page (nodes, shard map, rebalance) joins them
+ * when the cluster's HTTP API exists (issue 38): not before, and never
+ * with made-up data. */
+const SERVER_PAGES: [string, string][] = [
+  ["replication", "Replication"],
+  ["users", "Users"],
+  ["config", "Configuration"],
+  ["tasks", "Active tasks"],
+  ["stats", "Stats"],
+];
 
 /** CouchDB's login redirect: /_utils/session.html?return=PATH&reason=… */
 function loginRedirect(): Route | null {
@@ -78,6 +96,7 @@ function App() {
         </a>
         <nav aria-label="Main">
           <a href={href()}>Databases</a>
+          {isServerAdmin(user) && SERVER_PAGES.map(([p, label]) => <a href={href(p)}>{label}</a>)}
         </nav>
         <span class="who">
           {loggedIn ? (
@@ -107,6 +126,16 @@ function Page({ route, user }: { route: Route; user: UserCtx | null }) {
   switch (route.page) {
     case "databases":
       return <Databases user={user} />;
+    case "replication":
+      return <Replication />;
+    case "users":
+      return <Users />;
+    case "config":
+      return <Config />;
+    case "tasks":
+      return <Tasks />;
+    case "stats":
+      return <Stats />;
     case "notfound":
     case "login":
       return <p>No such page. <a href={href()}>Databases</a></p>;
@@ -117,6 +146,7 @@ function Page({ route, user }: { route: Route; user: UserCtx | null }) {
     ["find", "Mango query", href("db", db, "find")],
     ["views", "Views", href("db", db, "views")],
     ["changes", "Changes", href("db", db, "changes")],
+    ["security", "Security", href("db", db, "security")],
   ];
   let page;
   switch (route.page) {
@@ -137,6 +167,9 @@ function Page({ route, user }: { route: Route; user: UserCtx | null }) {
       break;
     case "changes":
       page = <Changes key={db} db={db} />;
+      break;
+    case "security":
+      page = <Security key={db} db={db} user={user} />;
       break;
   }
   const current = route.page === "doc" || route.page === "newdoc" ? "docs" : route.page;

@@ -10,13 +10,29 @@ export type Route =
   | { page: "find"; db: string }
   | { page: "views"; db: string }
   | { page: "changes"; db: string }
+  | { page: "security"; db: string }
+  | { page: "replication" }
+  | { page: "users" }
+  | { page: "config" }
+  | { page: "tasks" }
+  | { page: "stats" }
   | { page: "notfound"; hash: string };
 
 export function parse(hash: string): Route {
   const h = hash.replace(/^#\/?/, "");
   const segs = h === "" ? [] : h.split("/").map((s) => decodeURIComponent(s));
   if (segs.length === 0) return { page: "databases" };
-  if (segs[0] === "login" && segs.length === 1) return { page: "login" };
+  if (segs.length === 1) {
+    switch (segs[0]) {
+      case "login":
+      case "replication":
+      case "users":
+      case "config":
+      case "tasks":
+      case "stats":
+        return { page: segs[0] };
+    }
+  }
   if (segs[0] === "db" && segs.length >= 2) {
     const db = segs[1];
     if (segs.length === 2) return { page: "docs", db };
@@ -31,6 +47,8 @@ export function parse(hash: string): Route {
           return { page: "views", db };
         case "changes":
           return { page: "changes", db };
+        case "security":
+          return { page: "security", db };
       }
     }
   }

@@ -89,7 +89,7 @@ export function Databases({ user }: { user: UserCtx | null }) {
               {rows === null && <tr><td colSpan={6}>Loading…</td></tr>}
               {rows?.length === 0 && <tr><td colSpan={6}>No databases{filter ? " with this prefix" : ""}.</td></tr>}
               {rows?.map((r) => (
-                <DbRow r={r} admin={admin} onChanged={refresh} onNotice={setNotice} onError={setError} />
+                <DbRow key={r.key} r={r} admin={admin} onChanged={refresh} onNotice={setNotice} onError={setError} />
               ))}
             </tbody>
           </table>

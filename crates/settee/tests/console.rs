@@ -136,10 +136,13 @@ async fn click(c: &Client, css: &str) -> R {
 }
 
 async fn type_into(c: &Client, css: &str, text: &str) -> R {
-    let e = c
-        .find(Locator::Css(css))
-        .await
-        .map_err(|e| format!("{css}: {e}"))?;
+    let e = until(&format!("{css} to be there"), || async {
+        c.find(Locator::Css(css))
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
+    })
+    .await?;
     e.send_keys(text)
         .await
         .map_err(|e| format!("type into {css}: {e}"))
@@ -502,6 +505,140 @@ async fn database_list_pages_views_run_and_changes_follow() {
             return Err(format!("write failed: {r:?}"));
         }
         text_of(c, "#changes-table", "live-one").await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// The number after `label` in `text` ("read 3.5/s, written 0.0/s").
+fn rate_in(text: &str, label: &str) -> Option<f64> {
+    let rest = text.split(&format!("{label} ")).nth(1)?;
+    rest.split('/').next()?.trim().parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_manages_users_security_replication_config_and_watches_stats() {
+    let s = Server::start();
+    s.create_db("sec-db");
+    s.create_db("rep-src");
+    let docs: Vec<Value> = (0..5).map(|i| json!({"_id": format!("d{i}")})).collect();
+    let body = json!({ "docs": docs }).to_string();
+    assert_eq!(
+        s.admin("POST", "/rep-src/_bulk_docs", Some(&body)).status,
+        201
+    );
+    in_browser("server", |c| async move {
+        let c = &c;
+        log_in(c, &s, ADMIN.0, ADMIN.1).await?;
+
+        // Users: create one, then change the password.
+        click(c, "header nav a[href='#/users']").await?;
+        type_into(c, "#new-user-name", "carol").await?;
+        type_into(c, "#new-user-password", "first-pw").await?;
+        type_into(c, "#new-user-roles", "team, ops").await?;
+        click(c, "#new-user-submit").await?;
+        text_of(c, "#users-table", "carol").await?;
+        let u = s
+            .admin("GET", "/_users/org.couchdb.user:carol", None)
+            .json();
+        if u["roles"] != json!(["team", "ops"]) || u.get("password").is_some() {
+            return Err(format!("user stored as {u}"));
+        }
+        type_into(c, "input[aria-label='New password of carol']", "second-pw").await?;
+        click(c, "tr[data-user='carol'] td:nth-child(3) button").await?;
+        text_of(c, ".notice", "Password of carol changed").await?;
+        let login = |pw: &str| {
+            s.anon(
+                "POST",
+                "/_session",
+                Some(&json!({"name": "carol", "password": pw}).to_string()),
+            )
+            .status
+        };
+        if login("second-pw") != 200 || login("first-pw") != 401 {
+            return Err("the new password is not the one that works".into());
+        }
+
+        // A database's security: carol becomes a member.
+        c.goto(&s.url("/_utils/#/db/sec-db/security"))
+            .await
+            .map_err(|e| e.to_string())?;
+        type_into(c, "#sec-members-names input", "carol").await?;
+        click(c, "#sec-members-names button[type='submit']").await?;
+        text_of(c, "#sec-members-names", "carol").await?;
+        click(c, "#save-security").await?;
+        text_of(c, ".notice", "Security saved").await?;
+        let sec = s.admin("GET", "/sec-db/_security", None).json();
+        if sec["members"]["names"] != json!(["carol"]) {
+            return Err(format!("security stored as {sec}"));
+        }
+
+        // A one-shot replication of local databases, the target created.
+        click(c, "header nav a[href='#/replication']").await?;
+        type_into(c, "#rep-source-where", "rep-src").await?;
+        type_into(c, "#rep-target-where", "rep-dst").await?;
+        click(c, "#rep-create-target").await?;
+        click(c, "#rep-start").await?;
+        text_of(c, "#rep-result", "5 document(s) written").await?;
+        let info = s.admin("GET", "/rep-dst", None).json();
+        if info["doc_count"] != 5 {
+            return Err(format!("target after replication: {info}"));
+        }
+
+        // Configuration: set a value, then change it in its row.
+        click(c, "header nav a[href='#/config']").await?;
+        type_into(c, "#config-section", "console_test").await?;
+        type_into(c, "#config-key", "answer").await?;
+        type_into(c, "#config-value", "42").await?;
+        click(c, "#config-set").await?;
+        text_of(c, "#config-table", "answer").await?;
+        let cfg = |s: &Server| {
+            s.admin("GET", "/_node/_local/_config/console_test/answer", None)
+                .json()
+        };
+        if cfg(&s) != "42" {
+            return Err(format!("config value {}", cfg(&s)));
+        }
+        let input = "input[aria-label='Value of console_test/answer']";
+        type_into(c, input, "\u{e003}\u{e003}43").await?;
+        click(
+            c,
+            "tr[data-key='console_test/answer'] button[type='submit']",
+        )
+        .await?;
+        text_of(c, ".notice", "console_test/answer set").await?;
+        if cfg(&s) != "43" {
+            return Err(format!("config value after the edit {}", cfg(&s)));
+        }
+
+        // Active tasks load (nothing is running now).
+        click(c, "header nav a[href='#/tasks']").await?;
+        text_of(c, "#tasks-table", "Type").await?;
+
+        // Stats: document reads under load move the chart.
+        click(c, "header nav a[href='#/stats']").await?;
+        text_of(c, "#chart-docs-now", "read").await?;
+        let deadline = Instant::now() + WAIT;
+        let mut moved = false;
+        while Instant::now() < deadline && !moved {
+            for i in 0..50 {
+                s.admin("GET", &format!("/rep-src/d{}", i % 5), None);
+            }
+            let t = c
+                .find(Locator::Css("#chart-docs-now"))
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())?;
+            moved = rate_in(&t, "read").is_some_and(|r| r > 0.0);
+        }
+        if !moved {
+            return Err("the reads chart did not move under load".into());
+        }
+        if absent(c, "#chart-docs canvas").await? {
+            return Err("no chart drawn".into());
+        }
         Ok(())
     })
     .await;
