@@ -6,6 +6,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { api, bytes } from "../api";
 import { ErrorBox } from "../ui";
+import { rates } from "../metrics";
 
 const POLL_MS = 2000;
 const KEEP = 150;
@@ -38,14 +39,6 @@ function sample(stats: any, sys: any): Sample {
     mem: sys.memory ?? {},
     uptime: sys.uptime ?? 0,
   };
-}
-
-/** Per-second rates of `field` between consecutive samples. */
-export function rates(samples: { t: number }[], field: (s: any) => number): number[] {
-  return samples.slice(1).map((s, i) => {
-    const dt = s.t - samples[i].t;
-    return dt > 0 ? Math.max(0, (field(s) - field(samples[i])) / dt) : 0;
-  });
 }
 
 export function Stats() {
