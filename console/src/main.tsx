@@ -19,6 +19,7 @@ import { Users } from "./pages/users";
 import { Config } from "./pages/config";
 import { Tasks } from "./pages/tasks";
 import { Stats } from "./pages/stats";
+import { Account } from "./pages/account";
 
 /** The server-wide pages, for server admins (CouchDB lets no one else
  * read them). A Cluster page (nodes, shard map, rebalance) joins them
@@ -86,7 +87,9 @@ function App() {
     const r = route.page === "login" ? route : { page: "login" as const };
     body = <Login onLogin={onLogin} reason={r.reason} returnTo={r.returnTo} user={user} />;
   } else {
-    body = <Page route={route} user={user} />;
+    body = route.page === "account"
+      ? <Account user={user} onLogin={setUser} />
+      : <Page route={route} user={user} />;
   }
   return (
     <>
@@ -101,10 +104,10 @@ function App() {
         <span class="who">
           {loggedIn ? (
             <>
-              <span id="whoami">
+              <a id="whoami" href={href("account")} title="Your account">
                 {user!.name}
                 {isServerAdmin(user) ? " (server admin)" : ""}
-              </span>{" "}
+              </a>{" "}
               <button id="logout" onClick={logout}>
                 Log out
               </button>
@@ -138,6 +141,7 @@ function Page({ route, user }: { route: Route; user: UserCtx | null }) {
       return <Stats />;
     case "notfound":
     case "login":
+    case "account":
       return <p>No such page. <a href={href()}>Databases</a></p>;
   }
   const db = route.db;

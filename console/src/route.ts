@@ -16,6 +16,7 @@ export type Route =
   | { page: "config" }
   | { page: "tasks" }
   | { page: "stats" }
+  | { page: "account" }
   | { page: "notfound"; hash: string };
 
 export function parse(hash: string): Route {
@@ -30,6 +31,7 @@ export function parse(hash: string): Route {
       case "config":
       case "tasks":
       case "stats":
+      case "account":
         return { page: segs[0] };
     }
   }

@@ -72,7 +72,8 @@ export function Views({ db }: { db: string }) {
         {hasReduce && flag("group", "group")}
         {hasReduce && flag("noreduce", "reduce=false")}
         {flag("update_seq", "update_seq")}
-        <button class="primary" id="run-view" type="submit">Run</button>
+        <button class="primary" id="run-view" type="submit">Run</button>{" "}
+        {ddocId && <a class="button" href={href("db", db, "doc", ddocId)}>Edit design document</a>}
       </form>
       {result && (
         <div class="card" id="view-results">

@@ -436,6 +436,13 @@ async fn member_reads_but_sees_no_admin_action() {
         }
         click(c, "#run-find").await?;
         text_of(c, "#find-results", "note1").await?;
+        // His account page: the users database is admins-only (CouchDB 3's
+        // default), which the page says instead of offering a password form.
+        click(c, "#whoami").await?;
+        text_of(c, "#account-closed", "admins only").await?;
+        if !absent(c, "#my-password").await? {
+            return Err("a password form the server would refuse".into());
+        }
         log_out(c).await
     })
     .await;
@@ -454,8 +461,6 @@ async fn database_list_pages_views_run_and_changes_follow() {
         s.admin("POST", "/list-00/_bulk_docs", Some(docs)).status,
         201
     );
-    let ddoc = r#"{"views": {"by-kind": {"map": "function (d) { if (d.kind) emit(d.kind, 1); }", "reduce": "_count"}}}"#;
-    assert_eq!(s.admin("PUT", "/list-00/_design/k", Some(ddoc)).status, 201);
     in_browser("lists", |c| async move {
         let c = &c;
         log_in(c, &s, ADMIN.0, ADMIN.1).await?;
@@ -484,7 +489,16 @@ async fn database_list_pages_views_run_and_changes_follow() {
         }
         text_of(c, "#db-table", "list-15").await?;
 
-        // The view, reduced and not.
+        // A design document written in the editor, then its view run,
+        // reduced and not.
+        c.goto(&s.url("/_utils/#/db/list-00/new"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let ddoc = r#"{"_id": "_design/k", "views": {"by-kind": {"map": "function (d) { if (d.kind) emit(d.kind, 1); }", "reduce": "_count"}}}"#;
+        set_editor(c, "#doc-editor", ddoc).await?;
+        click(c, "#save-doc").await?;
+        wait_hash(c, "/db/list-00/doc/_design%2Fk").await?;
+        text_of(c, "#doc-rev", "1-").await?;
         c.goto(&s.url("/_utils/#/db/list-00/views"))
             .await
             .map_err(|e| e.to_string())?;
@@ -640,6 +654,66 @@ async fn admin_manages_users_security_replication_config_and_watches_stats() {
             return Err("no chart drawn".into());
         }
         Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_changes_own_password_where_the_users_db_is_open() {
+    let s = Server::start();
+    let r = s.admin(
+        "PUT",
+        "/_node/_local/_config/couchdb/users_db_security_editable",
+        Some("\"true\""),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(s.admin("PUT", "/_users/_security", Some("{}")).status, 200);
+    let user = json!({"name": "dora", "password": "old-pw", "roles": [], "type": "user"});
+    let r = s.admin(
+        "PUT",
+        "/_users/org.couchdb.user:dora",
+        Some(&user.to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    in_browser("account", |c| async move {
+        let c = &c;
+        log_in(c, &s, "dora", "old-pw").await?;
+        click(c, "#whoami").await?;
+        type_into(c, "#my-password", "new-pw").await?;
+        type_into(c, "#my-password2", "new-pw-typo").await?;
+        click(c, "#my-password-submit").await?;
+        text_of(c, ".error", "The two passwords differ").await?;
+        type_into(
+            c,
+            "#my-password2",
+            "\u{e003}\u{e003}\u{e003}\u{e003}\u{e003}",
+        )
+        .await?;
+        click(c, "#my-password-submit").await?;
+        text_of(c, ".notice", "Password changed").await?;
+        // Still logged in (the page logged in again with the new password).
+        let who = c
+            .execute_async(
+                "fetch('/_session').then(r => r.json()).then(arguments[0])",
+                vec![],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if who["userCtx"]["name"] != "dora" {
+            return Err(format!("logged out by the password change: {who}"));
+        }
+        let login = |pw: &str| {
+            s.anon(
+                "POST",
+                "/_session",
+                Some(&json!({"name": "dora", "password": pw}).to_string()),
+            )
+            .status
+        };
+        if login("new-pw") != 200 || login("old-pw") != 401 {
+            return Err("the new password is not the one that works".into());
+        }
+        log_out(c).await
     })
     .await;
 }
