@@ -47,6 +47,7 @@ export function Find({ db, user }: { db: string; user: UserCtx | null }) {
   const explain = async () => {
     const b = body();
     if (!b) return;
+    setPlan(null);
     try {
       setPlan(await api("POST", path(db, "_explain"), { body: b }));
       setResult(null);

@@ -220,6 +220,20 @@ async fn log_out(c: &Client) -> R {
     Ok(())
 }
 
+/// Where the screenshots go.
+fn shots_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    dir
+}
+
+/// Saves a screenshot of the page now as `name.png` (a moment worth
+/// seeing mid-flow; the README's pictures come from these).
+async fn shot(c: &Client, name: &str) -> R {
+    let png = c.screenshot().await.map_err(|e| e.to_string())?;
+    std::fs::write(shots_dir().join(format!("{name}.png")), png).map_err(|e| e.to_string())
+}
+
 /// Runs `flow` in a fresh browser, saves a screenshot of the last page as
 /// `name.png` (whatever happened), closes the session, then fails if the
 /// flow did.
@@ -228,13 +242,16 @@ where
     F: FnOnce(Client) -> Fut,
     Fut: std::future::Future<Output = R>,
 {
+    // At most two browsers at once (the tests of this file run in
+    // parallel; on 2 cores more would only slow each other past WAIT).
+    static BROWSERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    let _slot = BROWSERS.acquire().await.expect("semaphore open");
     let driver = Driver::start();
     let profile = tempfile::tempdir().expect("profile dir");
     let c = browser(&driver, profile.path()).await;
     let started = Instant::now();
     let result = flow(c.clone()).await;
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    let dir = shots_dir();
     if let Ok(png) = c.screenshot().await {
         let _ = std::fs::write(dir.join(format!("{name}.png")), png);
     }
@@ -347,6 +364,7 @@ async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
         c.refresh().await.map_err(|e| e.to_string())?;
         text_of(c, "#conflicts", "1 conflicting revision").await?;
         text_of(c, "#conflicts", "1-ffffffffffffffffffffffffffffffff").await?;
+        shot(c, "admin-conflict").await?;
         // The first entry is the current winner: keep it.
         click(c, "#conflicts li button").await?;
         text_of(c, ".notice", "1 other revision(s) deleted").await?;
@@ -375,6 +393,7 @@ async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
         text_of(c, "#find-results", "1 document(s)").await?;
         text_of(c, "#find-results", "Ada").await?;
         text_of(c, "#find-stats", "Examined 2 document(s)").await?;
+        shot(c, "admin-find").await?;
         click(c, "#run-explain").await?;
         text_of(c, "#plan-index", "_all_docs").await?;
 
@@ -388,6 +407,11 @@ async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
         .await?;
         click(c, "#create-index").await?;
         text_of(c, "#indexes", "by-city").await?;
+        // The index form closes (the page's layout settles) before the click.
+        until("the index form to close", || async {
+            Ok(absent(c, "#index-editor").await?.then_some(()))
+        })
+        .await?;
         click(c, "#run-explain").await?;
         text_of(c, "#plan-index", "by-city").await?;
 
