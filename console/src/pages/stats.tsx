@@ -71,6 +71,8 @@ export function Stats() {
       <p class="muted">
         Sampled every {POLL_MS / 1000} s while this page is open{last ? `; up ${Math.round(last.uptime)} s` : ""}.
         Latency percentiles are not charted: the server does not report them yet.
+        Scrapers read the same numbers at{" "}
+        <a id="prometheus-link" href="/_node/_local/_prometheus">/_node/_local/_prometheus</a>.
       </p>
       {samples.length < 2 ? (
         <p>Collecting…</p>

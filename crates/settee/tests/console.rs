@@ -677,6 +677,34 @@ async fn admin_manages_users_security_replication_config_and_watches_stats() {
         if absent(c, "#chart-docs canvas").await? {
             return Err("no chart drawn".into());
         }
+        // The Prometheus endpoint the page links to, read with the session.
+        let href = c
+            .find(Locator::Css("#prometheus-link"))
+            .await
+            .map_err(|e| e.to_string())?
+            .attr("href")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no href")?;
+        let prom = c
+            .execute_async(
+                "fetch(arguments[0]).then(r => r.text().then(t => [r.headers.get('content-type'), t])).then(arguments[1])",
+                vec![json!(href)],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = prom[1].as_str().unwrap_or("");
+        let reads = text
+            .lines()
+            .find_map(|l| l.strip_prefix("couchdb_database_reads_total "))
+            .and_then(|v| v.parse::<u64>().ok());
+        if prom[0] != "text/plain; version=2.0"
+            || !text.contains("# TYPE couchdb_httpd_requests_total counter")
+            || !text.contains("couchdb_httpd_request_methods{method=\"GET\"}")
+            || reads.is_none_or(|n| n < 50)
+        {
+            return Err(format!("_prometheus answered {prom}"));
+        }
         Ok(())
     })
     .await;

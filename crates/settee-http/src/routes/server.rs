@@ -1,6 +1,6 @@
 //! Server-level endpoints: `/`, `/_up`, `/_all_dbs`, `/_dbs_info`,
 //! `/_uuids`, `/_session`, `/_active_tasks`, `/_membership` and
-//! `/_node/{node}/…` (`_config`, `_stats`, `_system`).
+//! `/_node/{node}/…` (`_config`, `_stats`, `_system`, `_prometheus`).
 //!
 //! Invariant: configuration and node statistics are server-admin only;
 //! `/_all_dbs` and `/_dbs_info` too unless `[chttpd] admin_only_all_dbs`
@@ -427,22 +427,45 @@ pub async fn node(app: &App, req: &mut Req, node: &str, rest: &[&str]) -> ApiRes
         ["_system"] => {
             allow(req, GET, "GET,HEAD")?;
             require_metrics_reader(req)?;
-            // Settee's own parts (CouchDB lists its Erlang VM's): the
-            // process's resident memory and what storage holds in memory.
             let mut memory = Map::new();
-            if let Some(rss) = resident_bytes() {
-                memory.insert("rss".into(), json!(rss));
-            }
-            for (part, bytes) in app.engine.memory() {
-                memory.insert(part.into(), json!(bytes));
+            for (part, bytes) in memory_parts(app) {
+                memory.insert(part, json!(bytes));
             }
             Ok(json_value(
                 StatusCode::OK,
                 &json!({"uptime": app.started.elapsed().as_secs(), "memory": memory}),
             ))
         }
+        ["_prometheus"] => {
+            allow(req, GET, "GET,HEAD")?;
+            require_metrics_reader(req)?;
+            let text = crate::prometheus::render(
+                &stats(app),
+                app.started.elapsed().as_secs(),
+                &memory_parts(app),
+            );
+            let mut resp = Response::new(axum::body::Body::from(text));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::prometheus::CONTENT_TYPE),
+            );
+            Ok(resp)
+        }
         _ => Err(ApiError::not_found("missing")),
     }
+}
+
+/// Settee's own memory parts (CouchDB lists its Erlang VM's): the
+/// process's resident memory and what storage holds in memory.
+fn memory_parts(app: &App) -> Vec<(String, u64)> {
+    let mut parts = Vec::new();
+    if let Some(rss) = resident_bytes() {
+        parts.push(("rss".to_string(), rss));
+    }
+    for (part, bytes) in app.engine.memory() {
+        parts.push((part.to_string(), bytes));
+    }
+    parts
 }
 
 /// The process's resident memory in bytes (Linux's `/proc/self/status`).
