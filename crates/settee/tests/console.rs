@@ -350,6 +350,23 @@ async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
         if body != "hello from the console\n" {
             return Err(format!("downloaded {body}"));
         }
+        // A file dropped on the drop zone (a drop event as the browser
+        // sends it, with the file in its DataTransfer).
+        c.execute(
+            "const dt = new DataTransfer();
+             dt.items.add(new File(['dropped bytes'], 'dropped.txt', {type: 'text/plain'}));
+             document.querySelector('.dropzone').dispatchEvent(
+                 new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));",
+            vec![],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        text_of(c, "#attachments", "dropped.txt").await?;
+        text_of(c, "#doc-rev", "4-").await?;
+        let r = s.admin("GET", "/console-db/ada/dropped.txt", None);
+        if r.status != 200 || r.body != "dropped bytes" {
+            return Err(format!("dropped file stored as {r:?}"));
+        }
 
         // A conflicting revision arrives (as a replication would write it);
         // the page shows it and keeps the one picked.
@@ -622,6 +639,35 @@ async fn admin_manages_users_security_replication_config_and_watches_stats() {
         if info["doc_count"] != 5 {
             return Err(format!("target after replication: {info}"));
         }
+
+        // A continuous one: listed as a running job, it copies a document
+        // written meanwhile, and is cancelled from the page.
+        c.refresh().await.map_err(|e| e.to_string())?;
+        type_into(c, "#rep-source-where", "rep-src").await?;
+        type_into(c, "#rep-target-where", "rep-live").await?;
+        click(c, "#rep-create-target").await?;
+        click(c, "#rep-continuous").await?;
+        click(c, "#rep-start").await?;
+        text_of(c, "#rep-result", "Continuous replication").await?;
+        text_of(c, "#rep-jobs", "rep-live").await?;
+        s.admin("PUT", "/rep-src/late", Some("{}"));
+        until("the late document to be replicated", || async {
+            Ok((s.admin("GET", "/rep-live/late", None).status == 200).then_some(()))
+        })
+        .await?;
+        click(c, "#rep-jobs td button.danger").await?;
+        click(c, "#rep-jobs .confirm button.danger").await?;
+        until("the job to go", || async {
+            let t = c
+                .find(Locator::Css("#rep-jobs"))
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(t.contains("No job is running").then_some(()))
+        })
+        .await?;
 
         // Configuration: set a value, then change it in its row.
         click(c, "header nav a[href='#/config']").await?;
