@@ -381,6 +381,9 @@ async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
         c.refresh().await.map_err(|e| e.to_string())?;
         text_of(c, "#conflicts", "1 conflicting revision").await?;
         text_of(c, "#conflicts", "1-ffffffffffffffffffffffffffffffff").await?;
+        // The other revision, shown beside the editor (read only).
+        click(c, "#conflicts li:nth-child(2) button").await?;
+        text_of(c, ".split", "Other Ada").await?;
         shot(c, "admin-conflict").await?;
         // The first entry is the current winner: keep it.
         click(c, "#conflicts li button").await?;
