@@ -3,7 +3,7 @@
 import "./style.css";
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { session, type UserCtx, isServerAdmin } from "./api";
+import { ApiError, session, type UserCtx, isServerAdmin } from "./api";
 import { parse, href, type Route } from "./route";
 import { ErrorBox } from "./ui";
 import { Login } from "./pages/login";
@@ -55,7 +55,8 @@ function App() {
     session
       .get()
       .then((u) => setUser(u))
-      .catch((e) => setError(e))
+      // Under require_valid_user even /_session refuses the anonymous: log in.
+      .catch((e) => (e instanceof ApiError && e.status === 401 ? setUser({ name: null, roles: [] }) : setError(e)))
       .finally(() => setLoaded(true));
   }, []);
 
