@@ -9,6 +9,7 @@
 //! | key                  | value                         | written                             |
 //! |----------------------|-------------------------------|-------------------------------------|
 //! | `PREFIX nodes/NAME`  | [`crate::membership::NodeInfo`] JSON | by the node, attached to its lease |
+//! | `PREFIX known/NAME`  | [`crate::membership::NodeInfo`] JSON | by the node's first join, no lease (CouchDB's `cluster_nodes`) |
 //! | `PREFIX dbs/DB`      | [`crate::layout::ShardMap`] JSON (CouchDB's `_dbs` shape) | by a transaction on its mod_revision |
 //! | `PREFIX settings`    | [`crate::settings::ClusterSettings`] JSON | by a transaction on its mod_revision |
 //!
@@ -174,6 +175,16 @@ impl Etcd {
     /// `PREFIX nodes/NAME`
     pub fn node_key(&self, name: &str) -> String {
         format!("{}nodes/{name}", self.config.prefix)
+    }
+
+    /// `PREFIX known/`
+    pub fn known_prefix(&self) -> String {
+        format!("{}known/", self.config.prefix)
+    }
+
+    /// `PREFIX known/NAME`
+    pub fn known_key(&self, name: &str) -> String {
+        format!("{}known/{name}", self.config.prefix)
     }
 
     /// `PREFIX dbs/`

@@ -8,21 +8,40 @@
 //! - [`membership`]: live members by lease, joining, leaving, watching.
 //! - [`shard_map`]: databases' shard maps, changed only by compare-and-swap.
 //! - [`settings`]: the cluster's `q` and `n` defaults.
+//! - [`coordinator`]: a node joined to a cluster: cluster facts, database
+//!   creation and deletion, the node's shard copies kept in line with the maps.
+//! - [`topology`]: the interface the HTTP layer asks (single node or member).
+//! - [`view`]: the maps and live members a coordinator routes by, in memory.
+//! - [`fabric`]: requests for clustered databases answered from the shard
+//!   copies on the members (quorum writes and reads, merged listings).
+//! - [`sync`]: internal replication between copies of a shard.
+//! - [`seq`]: opaque sequences of clustered databases.
+//! - [`secret`]: the secret nodes authenticate each other with.
 //! - [`error`]: the crate's error type.
 //!
 //! Invariant: nothing outside this crate knows etcd; its API speaks of
 //! members, shard maps and settings, never of etcd's types.
 
+pub mod coordinator;
 pub mod error;
 pub mod etcd;
+pub mod fabric;
 pub mod layout;
 pub mod membership;
+pub mod secret;
+pub mod seq;
 pub mod settings;
 pub mod shard_map;
+pub mod sync;
+pub mod topology;
+pub mod view;
 
+pub use coordinator::{Coordinator, CreateDb, NodeConfig};
 pub use error::{ClusterError, Result};
 pub use etcd::{Etcd, EtcdConfig, Versioned};
+pub use fabric::{FabricRequest, FabricResponse, User};
 pub use layout::{Range, ShardMap};
 pub use membership::{MembershipChange, MembershipWatch, NodeInfo, Registration};
 pub use settings::ClusterSettings;
-pub use shard_map::ShardMaps;
+pub use shard_map::{ShardMapChange, ShardMapWatch, ShardMaps};
+pub use topology::{Membership, Topology};

@@ -14,7 +14,9 @@
 //!   renewals fail, which is before etcd can have expired the lease, so a
 //!   node that acts only while it is live never acts after the cluster
 //!   counted it out.
-//! - [`members`] lists the members; [`MembershipWatch`] follows changes
+//! - [`members`] lists the live members, [`known_members`] every node that
+//!   ever joined (its `known/NAME` record, written by the join's
+//!   transaction, has no lease); [`MembershipWatch`] follows changes
 //!   (list at a revision, then watch from the next one, so no change falls
 //!   between the two).
 //!
@@ -153,13 +155,18 @@ pub async fn join(etcd: &Etcd, info: NodeInfo, ttl: Duration) -> Result<Registra
     });
     state.renewed(sent, grant.ttl());
 
+    // The live key on the lease and the known member's record (no lease:
+    // it outlives the node, as CouchDB's `_nodes` documents do).
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(
-            key.clone(),
-            value,
-            Some(PutOptions::new().with_lease(lease)),
-        )]);
+        .and_then([
+            TxnOp::put(
+                key.clone(),
+                value.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+            TxnOp::put(etcd.known_key(&info.name), value, None),
+        ]);
     let won = match etcd.call("register node", etcd.client().txn(txn)).await {
         Ok(r) => r.succeeded(),
         Err(e) => {
@@ -385,6 +392,26 @@ pub async fn members(etcd: &Etcd) -> Result<Versioned<BTreeMap<String, NodeInfo>
         value: out,
         revision: header_revision(resp.header()),
     })
+}
+
+/// Every node that ever joined (and was not removed), live or not: CouchDB's
+/// `cluster_nodes`.
+pub async fn known_members(etcd: &Etcd) -> Result<BTreeMap<String, NodeInfo>> {
+    let prefix = etcd.known_prefix();
+    let resp = etcd
+        .call(
+            "list known members",
+            etcd.client()
+                .get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+    let mut out = BTreeMap::new();
+    for kv in resp.kvs() {
+        if let Some(info) = member_of(&prefix, kv.key(), kv.value()) {
+            out.insert(info.name.clone(), info);
+        }
+    }
+    Ok(out)
 }
 
 /// A member's information from its key and value (`None`, logged, for a

@@ -13,8 +13,17 @@
 //! a stored value that does not parse or validate, or names another
 //! database than its key, reads as [`ClusterError::Corrupt`], never as a
 //! map; listings are read in pages, each bounded in size and time.
+//!
+//! [`ShardMapWatch`] follows every map: the maps as of a revision (each
+//! page read at that revision), then every change after it, so no change
+//! falls between the listing and the watch.
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
+};
 
 use crate::error::{ClusterError, Result};
 use crate::etcd::{decode, header_revision, Etcd, Versioned};
@@ -172,6 +181,153 @@ impl ShardMaps {
             })
         } else {
             Err(ClusterError::NoShardMap(db.to_string()))
+        }
+    }
+}
+
+/// A change of a shard map seen by a [`ShardMapWatch`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ShardMapChange {
+    /// A database's map was created or replaced.
+    Put(Versioned<ShardMap>),
+    /// A database's map was deleted.
+    Deleted(String),
+}
+
+/// Follows every database's shard map: the maps as of a revision, then
+/// every change after it. A stored value that does not read as a map is
+/// logged and skipped (it is no database's map).
+pub struct ShardMapWatch {
+    maps: ShardMaps,
+    prefix: String,
+    stream: WatchStream,
+    listed: BTreeMap<String, Versioned<ShardMap>>,
+    revision: i64,
+}
+
+impl std::fmt::Debug for ShardMapWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardMapWatch")
+            .field("maps", &self.listed.len())
+            .field("revision", &self.revision)
+            .finish()
+    }
+}
+
+impl ShardMapWatch {
+    /// Lists every map (all pages at one revision) and starts watching
+    /// from the next revision.
+    pub async fn start(etcd: &Etcd) -> Result<ShardMapWatch> {
+        let maps = ShardMaps::new(etcd.clone());
+        let prefix = etcd.dbs_prefix();
+        let mut end = prefix.clone().into_bytes();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let mut from = prefix.clone().into_bytes();
+        let mut revision = 0;
+        let mut listed = BTreeMap::new();
+        loop {
+            let mut options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(LIST_PAGE);
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let resp = etcd
+                .call(
+                    "list shard maps",
+                    etcd.client().get(from.clone(), Some(options)),
+                )
+                .await?;
+            if revision == 0 {
+                revision = header_revision(resp.header());
+            }
+            for kv in resp.kvs() {
+                match maps.parse(kv.key(), kv.value(), kv.mod_revision()) {
+                    Ok(m) => {
+                        listed.insert(m.value.db.clone(), m);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "unreadable shard map; ignored"),
+                }
+            }
+            match resp.kvs().last() {
+                Some(kv) if resp.more() => {
+                    from = kv.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let stream = etcd
+            .call(
+                "watch shard maps",
+                etcd.client().watch(prefix.clone(), Some(options)),
+            )
+            .await?;
+        Ok(ShardMapWatch {
+            maps,
+            prefix,
+            stream,
+            listed,
+            revision,
+        })
+    }
+
+    /// The maps as listed at the start (by database name).
+    pub fn listed(&self) -> &BTreeMap<String, Versioned<ShardMap>> {
+        &self.listed
+    }
+
+    /// The etcd revision of the last change seen.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// The next changes, waiting at most `within` (an empty list if none
+    /// came). [`ClusterError::WatchEnded`] if etcd cancelled the watch.
+    pub async fn next(&mut self, within: Duration) -> Result<Vec<ShardMapChange>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, self.stream.message()).await {
+                Err(_) => return Ok(Vec::new()),
+                Ok(Err(e)) => {
+                    return Err(ClusterError::Etcd {
+                        op: "watch shard maps",
+                        reason: e.to_string(),
+                    })
+                }
+                Ok(Ok(None)) => return Err(ClusterError::WatchEnded(self.prefix.clone())),
+                Ok(Ok(Some(m))) => m,
+            };
+            if msg.canceled() {
+                return Err(ClusterError::WatchEnded(self.prefix.clone()));
+            }
+            let mut changes = Vec::new();
+            for ev in msg.events() {
+                let Some(kv) = ev.kv() else { continue };
+                self.revision = self.revision.max(kv.mod_revision());
+                let Some(db) = kv.key().strip_prefix(self.prefix.as_bytes()) else {
+                    continue;
+                };
+                match ev.event_type() {
+                    EventType::Put => {
+                        match self.maps.parse(kv.key(), kv.value(), kv.mod_revision()) {
+                            Ok(m) => changes.push(ShardMapChange::Put(m)),
+                            Err(e) => tracing::warn!(error = %e, "unreadable shard map; ignored"),
+                        }
+                    }
+                    EventType::Delete => changes.push(ShardMapChange::Deleted(
+                        String::from_utf8_lossy(db).into_owned(),
+                    )),
+                }
+            }
+            if !changes.is_empty() {
+                return Ok(changes);
+            }
         }
     }
 }

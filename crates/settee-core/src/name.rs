@@ -69,6 +69,30 @@ pub fn validate_db_name(name: &str) -> Result<(), NameError> {
     }
 }
 
+/// Whether `name` is a shard copy's database name as CouchDB names shard
+/// files: `shards/BEGIN-END/DB.SUFFIX`, BEGIN and END 8 lowercase hex
+/// digits, DB a legal database name and SUFFIX 1 to 20 decimal digits.
+/// No database name a client may use has a `.`, so these never collide
+/// with one; only the engine (for a cluster node's own copies) takes them.
+pub fn is_shard_db_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("shards/") else {
+        return false;
+    };
+    let b = rest.as_bytes();
+    let hex = |s: &[u8]| s.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    if b.len() < 19 || !hex(&b[..8]) || b[8] != b'-' || !hex(&b[9..17]) || b[17] != b'/' {
+        return false;
+    }
+    let Some((db, suffix)) = rest[18..].rsplit_once('.') else {
+        return false;
+    };
+    !suffix.is_empty()
+        && suffix.len() <= 20
+        && suffix.bytes().all(|c| c.is_ascii_digit())
+        && validate_db_name(db).is_ok()
+        && name.len() <= DB_NAME_BYTES_MAX + 40
+}
+
 /// What kind of document an id names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DocKind {
@@ -140,6 +164,30 @@ pub fn partition_range(partition: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_db_names() {
+        assert!(is_shard_db_name("shards/00000000-7fffffff/db.1796475782"));
+        assert!(is_shard_db_name("shards/80000000-ffffffff/a/b$c.1"));
+        for bad in [
+            "shards/00000000-7fffffff/db",
+            "shards/00000000-7fffffff/db.",
+            "shards/00000000-7fffffff/db.12a",
+            "shards/0000000-7fffffff/db.1",
+            "shards/00000000-7FFFFFFF/db.1",
+            "shards/00000000-7fffffff/Db.1",
+            "shards/00000000-7fffffff/.1",
+            "shards/00000000-7fffffffdb.1",
+            "db.1",
+            "shards/",
+        ] {
+            assert!(!is_shard_db_name(bad), "{bad}");
+            assert!(
+                validate_db_name(bad).is_err() || !bad.contains('.'),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn db_names() {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
-use settee_core::name::validate_db_name;
+use settee_core::name::{is_shard_db_name, validate_db_name};
 use settee_store::cache::CachedStore;
 use settee_store::rocks::RocksStore;
 use settee_store::{Batch, Keyspace, Store};
@@ -142,7 +142,7 @@ impl Engine {
         security: Option<&str>,
         partitioned: bool,
     ) -> Result<Database> {
-        validate_db_name(name)?;
+        check_name(name)?;
         self.check()?;
         let mut open = self.inner.open.lock();
         if open.contains_key(name) || self.read_meta(name)?.is_some() {
@@ -252,7 +252,7 @@ impl Engine {
 
     /// Deletes a database and all its data; not_found if it does not exist.
     pub fn delete_db(&self, name: &str) -> Result<()> {
-        validate_db_name(name)?;
+        check_name(name)?;
         self.check()?;
         let mut open = self.inner.open.lock();
         let meta = self
@@ -296,8 +296,23 @@ impl Engine {
         Ok(())
     }
 
-    /// All database names, sorted.
+    /// All database names, sorted; a cluster node's shard copies
+    /// ([`Engine::list_shard_dbs`]) are not among them.
     pub fn list_dbs(&self) -> Result<Vec<String>> {
+        let mut names = self.list_all_dbs()?;
+        names.retain(|n| !is_shard_db_name(n));
+        Ok(names)
+    }
+
+    /// The shard copies this engine holds for a cluster
+    /// (`shards/BEGIN-END/DB.SUFFIX`), sorted.
+    pub fn list_shard_dbs(&self) -> Result<Vec<String>> {
+        let mut names = self.list_all_dbs()?;
+        names.retain(|n| is_shard_db_name(n));
+        Ok(names)
+    }
+
+    fn list_all_dbs(&self) -> Result<Vec<String>> {
         self.check()?;
         let snap = self.inner.store.snapshot();
         let mut names = Vec::new();
@@ -354,4 +369,14 @@ impl Drop for Inner {
             shared.close();
         }
     }
+}
+
+/// A name the engine takes: a legal database name, or a cluster node's
+/// shard copy (`shards/BEGIN-END/DB.SUFFIX`, which no client can name).
+fn check_name(name: &str) -> Result<()> {
+    if is_shard_db_name(name) {
+        return Ok(());
+    }
+    validate_db_name(name)?;
+    Ok(())
 }

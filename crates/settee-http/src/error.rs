@@ -352,6 +352,35 @@ impl From<settee_auth::security::SecurityError> for ApiError {
     }
 }
 
+impl From<settee_cluster::ClusterError> for ApiError {
+    fn from(e: settee_cluster::ClusterError) -> ApiError {
+        use settee_cluster::ClusterError as C;
+        match e {
+            C::ShardMapExists(_) => ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "file_exists",
+                "The database could not be created, the file already exists.",
+            ),
+            C::NoShardMap(_) => ApiError::not_found("Database does not exist."),
+            C::InvalidQ { .. } | C::InvalidN { .. } | C::NoNodes => {
+                ApiError::bad_request(e.to_string())
+            }
+            C::LeaseLost(_)
+            | C::Unreachable { .. }
+            | C::Etcd { .. }
+            | C::Timeout { .. }
+            | C::WatchEnded(_)
+            | C::ShardMapConflict { .. }
+            | C::SettingsConflict { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            ),
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "error", e.to_string()),
+        }
+    }
+}
+
 impl From<settee_replicator::RepError> for ApiError {
     fn from(e: settee_replicator::RepError) -> ApiError {
         use settee_replicator::RepError as R;

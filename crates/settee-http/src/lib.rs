@@ -293,19 +293,22 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
         split_path(parts.uri.path()),
     ) {
         (Err(e), _) | (_, Err(e)) => Err(e),
-        (Ok(()), Ok(segs)) => app
-            .auth
-            .authenticate(&parts.headers, &app.engine, peer, &settings)
-            .await
-            .and_then(|who| {
-                let login = parts.method == Method::POST && segs == ["_session"];
-                let up = settings.require_valid_user_except_for_up && segs == ["_up"];
-                if settings.require_valid_user && who.user.name.is_none() && !login && !up {
-                    Err(ApiError::unauthorized("Authentication required."))
-                } else {
-                    Ok((segs, who))
-                }
-            }),
+        (Ok(()), Ok(segs)) => match cluster_peer(app, &parts.headers) {
+            Some(who) => who.map(|who| (segs, who)),
+            None => app
+                .auth
+                .authenticate(&parts.headers, &app.engine, peer, &settings)
+                .await
+                .and_then(|who| {
+                    let login = parts.method == Method::POST && segs == ["_session"];
+                    let up = settings.require_valid_user_except_for_up && segs == ["_up"];
+                    if settings.require_valid_user && who.user.name.is_none() && !login && !up {
+                        Err(ApiError::unauthorized("Authentication required."))
+                    } else {
+                        Ok((segs, who))
+                    }
+                }),
+        },
     };
     let www_authenticate = if settings.require_valid_user {
         Some("Basic realm=\"server\"".to_string())
@@ -325,6 +328,7 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
                 body,
             );
             req.auth_method = who.method;
+            req.internal = who.method == Some(CLUSTER_AUTH);
             req.peer = peer;
             set_cookie = who.set_cookie;
             let result = routes::dispatch(app, &mut req, &segs).await;
@@ -361,6 +365,43 @@ async fn route(app: &App, req: Request, settings: std::sync::Arc<Settings>) -> R
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
+}
+
+/// The `auth_method` of a request another node of the cluster made.
+const CLUSTER_AUTH: &str = "cluster";
+
+/// A request another node of the cluster made: it carries the cluster's
+/// secret (a wrong one is refused, never tried as a client's
+/// credentials) and names the user it acts for (the cluster itself, a
+/// server admin, when it names none). `None` for every other request.
+fn cluster_peer(
+    app: &App,
+    headers: &axum::http::HeaderMap,
+) -> Option<ApiResult<auth::Authenticated>> {
+    let given = headers.get(settee_cluster::fabric::SECRET_HEADER)?;
+    let Some(c) = app.coordinator() else {
+        return Some(Err(ApiError::unauthorized(
+            "This server is not a cluster member.",
+        )));
+    };
+    if !given.to_str().is_ok_and(|g| c.is_secret(g)) {
+        return Some(Err(ApiError::unauthorized(
+            "Name or password is incorrect.",
+        )));
+    }
+    let user = headers
+        .get(settee_cluster::fabric::USER_HEADER)
+        .and_then(|v| serde_json::from_slice::<settee_cluster::User>(v.as_bytes()).ok())
+        .map(|u| settee_auth::UserCtx {
+            name: u.name,
+            roles: u.roles,
+        })
+        .unwrap_or_else(|| settee_auth::UserCtx::server_admin("_cluster"));
+    Some(Ok(auth::Authenticated {
+        user,
+        method: Some(CLUSTER_AUTH),
+        set_cookie: None,
+    }))
 }
 
 /// `X-HTTP-Method-Override` on a POST replaces its method (CouchDB honours

@@ -236,6 +236,9 @@ pub struct Req {
     /// The partition of a request routed from `/db/_partition/{p}/…`
     /// (see `routes::partition`).
     pub partition: Option<String>,
+    /// Whether the request came from another node of the cluster (it
+    /// carried the cluster's secret): it may name shard copies.
+    pub internal: bool,
 }
 
 impl Req {
@@ -262,6 +265,7 @@ impl Req {
             abandoned: false,
             rewrites: 0,
             partition: None,
+            internal: false,
         }
     }
 

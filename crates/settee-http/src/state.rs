@@ -102,6 +102,9 @@ pub struct AppState {
     /// The address the server listens on (set by [`crate::serve`]): local
     /// database names in a replication are reached through it.
     pub local_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The coordinator, when this server is a member of a cluster (set
+    /// once, before serving).
+    pub cluster: std::sync::OnceLock<Arc<settee_cluster::Coordinator>>,
 }
 
 /// `[replicator] max_jobs`, `max_churn` and `interval`, live.
@@ -185,6 +188,7 @@ impl AppState {
             replicator: Arc::clone(&scheduler),
             replicator_docs,
             local_addr: std::sync::OnceLock::new(),
+            cluster: std::sync::OnceLock::new(),
             js,
         }))
     }
@@ -199,7 +203,10 @@ impl AppState {
     /// database, so it is absent too, as CouchDB answers: only creating
     /// one refuses the name).
     pub fn db(&self, name: &str) -> ApiResult<Database> {
-        if validate_db_name(name).is_err() {
+        // A cluster member's shard copies (routes let only the cluster
+        // itself name them).
+        let shard = self.cluster.get().is_some() && settee_core::name::is_shard_db_name(name);
+        if !shard && validate_db_name(name).is_err() {
             return Err(settee_db::Error::NotFound("Database does not exist.").into());
         }
         Ok(self.engine.db(name)?)
@@ -227,6 +234,11 @@ impl AppState {
         }
         cache.insert(name.to_string(), (text, Arc::clone(&sec)));
         Some(sec)
+    }
+
+    /// The coordinator when this server is a member of a cluster.
+    pub fn coordinator(&self) -> Option<&Arc<settee_cluster::Coordinator>> {
+        self.cluster.get()
     }
 
     pub fn new_uuid(&self) -> String {

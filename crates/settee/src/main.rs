@@ -97,6 +97,27 @@ struct ServeArgs {
     /// that follows it; one whose process died is dropped after this).
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=86_400 * 30))]
     blob_grace_s: u64,
+    /// Join a cluster coordinated by the etcd at these URLs
+    /// (comma-separated); without it the server runs alone.
+    #[arg(long, value_delimiter = ',')]
+    cluster_etcd: Vec<String>,
+    /// The node's name in the cluster (unique among live members).
+    #[arg(long, default_value = "settee@127.0.0.1")]
+    node: String,
+    /// The URL other nodes reach this one at (default: http://BIND).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// The cluster's key prefix in etcd (several clusters may share one).
+    #[arg(long, default_value = "/settee/")]
+    cluster_prefix: String,
+    /// Seconds the node's etcd lease lives without renewal: how soon a
+    /// node that died is seen as down (2 to 300).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..=300))]
+    lease_ttl_s: u64,
+    /// Milliseconds between internal replication sweeps (each of the
+    /// node's shard copies pushed to the other copies).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    sync_interval_ms: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
@@ -181,6 +202,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
+    let joined_engine = engine.clone();
     let result = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.bind)
             .await
@@ -192,19 +214,49 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             let _ = writeln!(out, "settee listening on http://{addr}");
             let _ = out.flush();
         }
+        let coordinator = match args.cluster_etcd.is_empty() {
+            true => None,
+            false => {
+                let config = settee_cluster::NodeConfig {
+                    etcd: settee_cluster::EtcdConfig::new(args.cluster_etcd.clone())
+                        .with_prefix(&args.cluster_prefix),
+                    name: args.node.clone(),
+                    advertise: args
+                        .advertise
+                        .clone()
+                        .unwrap_or_else(|| format!("http://{addr}")),
+                    ttl: std::time::Duration::from_secs(args.lease_ttl_s),
+                    sync_interval: std::time::Duration::from_millis(args.sync_interval_ms),
+                };
+                let c = settee_cluster::Coordinator::join(config, joined_engine)
+                    .await
+                    .map_err(|e| format!("cannot join the cluster: {e}"))?;
+                let _ = app.cluster.set(std::sync::Arc::clone(&c));
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "settee joined the cluster as {}", args.node);
+                let _ = out.flush();
+                Some(c)
+            }
+        };
         let serve_opts = ServeOptions {
             max_connections: args.max_connections.max(1),
             header_read_timeout: std::time::Duration::from_millis(args.header_timeout_ms.max(1)),
             ..ServeOptions::default()
         };
-        settee_http::serve(
+        let served = settee_http::serve(
             listener,
-            app,
+            app.clone(),
             serve_opts,
             shutdown_signal(args.exit_on_stdin_eof),
         )
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+        if let Some(c) = coordinator {
+            if let Err(e) = c.leave().await {
+                eprintln!("settee: leaving the cluster: {e}");
+            }
+        }
+        served
     });
     // Flush delayed and batched writes; the writers use blocking calls, so
     // this runs outside the runtime.

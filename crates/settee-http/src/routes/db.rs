@@ -47,7 +47,7 @@ pub fn info_json(info: &DbInfo) -> Value {
 /// The creation parameters CouchDB checks: `q` (shards; one node, one
 /// shard here, but a bad value is still an error) and `partitioned`
 /// (whether the database is partitioned; never a system database).
-fn creation_params(req: &Req, name: &str) -> ApiResult<bool> {
+pub(crate) fn creation_params(req: &Req, name: &str) -> ApiResult<bool> {
     if let Some(q) = req.query.get("q") {
         if !q.parse::<u64>().is_ok_and(|n| n > 0) {
             return Err(ApiError::bad_request(

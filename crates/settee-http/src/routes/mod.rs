@@ -12,6 +12,7 @@ pub mod att;
 pub mod bulk;
 pub mod bulk_body;
 pub mod changes;
+pub mod cluster;
 pub mod db;
 pub mod doc;
 pub mod list;
@@ -73,6 +74,27 @@ pub async fn dispatch(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Re
 
 async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    if let Some(first) = s.first() {
+        // A shard copy is the cluster's own: no client names one.
+        if settee_core::name::is_shard_db_name(first) && !req.internal {
+            return Err(ApiError::not_found("Database does not exist."));
+        }
+        if let Some(c) = app.coordinator() {
+            if cluster::is_clustered(req, first) {
+                return cluster::handle(c, req, segs).await.map(Routed::Answer);
+            }
+        }
+    }
+    if let Some(c) = app.coordinator() {
+        match s.as_slice() {
+            ["_membership"] => return cluster::membership(c, req).await.map(Routed::Answer),
+            ["_up"] => return cluster::up(c, req).map(Routed::Answer),
+            ["_node", "_local", "_dbs", db] => {
+                return cluster::dbs_doc(c, req, db).await.map(Routed::Answer)
+            }
+            _ => {}
+        }
+    }
     // A database's requests are judged by its security object.
     if let Some(first) = s.first() {
         let system = matches!(*first, "_users" | "_replicator" | "_global_changes");

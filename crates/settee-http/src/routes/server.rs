@@ -140,7 +140,11 @@ fn check_list_permission(req: &Req) -> ApiResult<()> {
 
 async fn list_dbs(app: &App) -> ApiResult<Vec<String>> {
     let engine = app.engine.clone();
-    Ok(tokio::task::spawn_blocking(move || engine.list_dbs()).await??)
+    let local = tokio::task::spawn_blocking(move || engine.list_dbs()).await??;
+    Ok(match app.coordinator() {
+        Some(c) => super::cluster::all_db_names(c, local),
+        None => local,
+    })
 }
 
 pub async fn all_dbs(app: &App, req: &mut Req) -> ApiResult<Response> {

@@ -1,0 +1,152 @@
+//! The fabric: a request for a clustered database, answered by asking the
+//! copies of its shards on the members (CouchDB's "fabric"). Any node
+//! coordinates any request: the HTTP layer hands the request over whole
+//! ([`FabricRequest`]) and relays the answer ([`FabricResponse`]).
+//!
+//! - [`call`]: one request to one shard copy on a member, and the fan-out
+//!   that waits for a quorum of copies.
+//! - [`docs`]: one document (its attachments, `_local` and design
+//!   documents): writes to every copy, `w` of them acknowledged (201) or
+//!   fewer but at least one (202); reads from `r` copies, the winning
+//!   revision answered and a stale copy repaired.
+//! - [`bulk`]: `_bulk_docs`, split by shard and merged back in order.
+//! - [`listing`]: `_all_docs`, `_design_docs`, `_local_docs` merged from
+//!   one copy of each shard in id order.
+//! - [`dbs`]: a database's information, `_shards`, `_sync_shards`,
+//!   `_security`. (Creation and deletion are the HTTP layer's, through
+//!   [`Coordinator::create_db`] and [`Coordinator::delete_db`], so its one
+//!   error table maps their failures.)
+//!
+//! Invariants: a copy is asked only while its node is live (etcd lists
+//! it), so a down node costs no timeout; a shard copy answers through the
+//! same HTTP handlers a single node runs (validation, security, error
+//! shapes are theirs), reached with the cluster's secret and the user the
+//! request is for; what the fabric does not do yet answers 501
+//! `not_implemented` with the endpoint named, never a wrong answer.
+
+pub mod bulk;
+pub mod call;
+pub mod dbs;
+pub mod docs;
+pub mod listing;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::coordinator::Coordinator;
+
+/// The header that carries the cluster's secret on a node's request to
+/// another node.
+pub const SECRET_HEADER: &str = "x-settee-cluster-secret";
+/// The header that names (as JSON `{"name","roles"}`) the user a node's
+/// request to another node is made for.
+pub const USER_HEADER: &str = "x-settee-cluster-user";
+
+/// The requester, as the coordinator authenticated them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct User {
+    pub name: Option<String>,
+    pub roles: Vec<String>,
+}
+
+/// A request for a clustered database: `segments[0]` is the database.
+#[derive(Clone, Debug)]
+pub struct FabricRequest {
+    pub method: Method,
+    /// The decoded path segments, the database's name first.
+    pub segments: Vec<String>,
+    /// The decoded query, in order.
+    pub query: Vec<(String, String)>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub user: User,
+}
+
+impl FabricRequest {
+    /// The last value of query parameter `key`.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The answer the HTTP layer sends.
+#[derive(Clone, Debug)]
+pub struct FabricResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl FabricResponse {
+    /// A JSON answer.
+    pub fn json(status: StatusCode, v: &Value) -> FabricResponse {
+        let mut body = serde_json::to_vec(v).unwrap_or_default();
+        body.push(b'\n');
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        FabricResponse {
+            status,
+            headers,
+            body: Bytes::from(body),
+        }
+    }
+
+    /// A CouchDB error answer.
+    pub fn error(status: StatusCode, error: &str, reason: impl Into<String>) -> FabricResponse {
+        FabricResponse::json(status, &json!({"error": error, "reason": reason.into()}))
+    }
+
+    /// What the fabric does not do yet.
+    pub fn not_implemented(what: &str) -> FabricResponse {
+        FabricResponse::error(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            format!("{what} is not available on a clustered database yet"),
+        )
+    }
+
+    /// No copy of a shard could be reached.
+    pub fn unavailable(reason: impl Into<String>) -> FabricResponse {
+        FabricResponse::error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", reason)
+    }
+}
+
+/// Answers one request for a clustered database (see the module doc).
+pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
+    let seg: Vec<&str> = req.segments.iter().map(String::as_str).collect();
+    let m = &req.method;
+    match seg.as_slice() {
+        [_] if *m == Method::GET || *m == Method::HEAD => dbs::info(&c, &req).await,
+        [_] if *m == Method::POST => docs::post(&c, &req).await,
+        [_] => dbs::method_not_allowed("DELETE,GET,HEAD,POST,PUT"),
+        [db, "_shards"] => dbs::shards(&c, &req, db),
+        [db, "_shards", id @ ..] => dbs::shard_of(&c, &req, db, &id.join("/")),
+        [db, "_sync_shards"] => dbs::sync_shards(&c, &req, db),
+        [_, "_security"] => dbs::security(&c, &req).await,
+        [_, "_bulk_docs"] => bulk::bulk_docs(&c, &req).await,
+        [_, "_all_docs"] => listing::list(&c, &req, listing::Kind::All).await,
+        [_, "_design_docs"] => listing::list(&c, &req, listing::Kind::Design).await,
+        [_, "_local_docs"] => listing::list(&c, &req, listing::Kind::Local).await,
+        [_, "_ensure_full_commit"] => dbs::every_copy(&c, &req, "_ensure_full_commit").await,
+        [_, "_local", id] => docs::doc(&c, &req, &format!("_local/{id}")).await,
+        [_, "_design", name] | [_, "_design", name, _] => {
+            docs::doc(&c, &req, &format!("_design/{name}")).await
+        }
+        [_, "_design", _, endpoint, ..] => {
+            FabricResponse::not_implemented(&format!("_design/{{ddoc}}/{endpoint}"))
+        }
+        [_, id, ..] if !id.starts_with('_') => docs::doc(&c, &req, id).await,
+        [_, endpoint, ..] => FabricResponse::not_implemented(endpoint),
+        [] => FabricResponse::error(StatusCode::NOT_FOUND, "not_found", "missing"),
+    }
+}

@@ -1,0 +1,160 @@
+//! The wire side of a cluster member: requests for clustered databases
+//! handed to the coordinator's fabric (settee-cluster) and its answer
+//! relayed; a database's creation and deletion through the coordinator,
+//! with this layer's checks and error table; CouchDB's cluster endpoints
+//! (`/_membership`, `/_up` with the lease's state).
+//!
+//! Invariants: on a single node nothing here runs; a shard copy's name
+//! (`shards/…`) is reachable only by the cluster itself (a request that
+//! carried the cluster's secret), and every other database name that is
+//! not a system database is a clustered database.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, StatusCode};
+use axum::response::Response;
+use serde_json::json;
+use settee_cluster::{Coordinator, CreateDb, FabricRequest, User};
+
+use super::{allow, db};
+use crate::auth::require_admin;
+use crate::error::{ApiError, ApiResult};
+use crate::render::json_value;
+use crate::request::Req;
+
+/// Whether a request for database `name` goes to the fabric: a cluster
+/// member's request from a client (not from another node) for a name
+/// that is not a system database's.
+pub fn is_clustered(req: &Req, name: &str) -> bool {
+    !req.internal && !name.starts_with('_')
+}
+
+/// A request for clustered database `segs[0]`.
+pub async fn handle(c: &Arc<Coordinator>, req: &mut Req, segs: &[String]) -> ApiResult<Response> {
+    let name = segs[0].as_str();
+    if segs.len() == 1 && req.method == Method::PUT {
+        return create(c, req, name).await;
+    }
+    if segs.len() == 1 && req.method == Method::DELETE {
+        return delete(c, req, name).await;
+    }
+    let body = req.body_bytes().await?;
+    let fr = FabricRequest {
+        method: req.method.clone(),
+        segments: segs.to_vec(),
+        query: req.query.pairs().to_vec(),
+        headers: req.headers.clone(),
+        body,
+        user: User {
+            name: req.user.name.clone(),
+            roles: req.user.roles.clone(),
+        },
+    };
+    let answer = c.handle(fr).await;
+    let mut resp = Response::new(Body::from(answer.body));
+    *resp.status_mut() = answer.status;
+    *resp.headers_mut() = answer.headers;
+    Ok(resp)
+}
+
+/// `PUT /db[?q=&n=&partitioned=]` on a member: the shard map and copies.
+async fn create(c: &Arc<Coordinator>, req: &Req, name: &str) -> ApiResult<Response> {
+    require_admin(&req.user)?;
+    settee_core::name::validate_db_name(name)?;
+    let partitioned = db::creation_params(req, name)?;
+    let int = |k: &str| -> ApiResult<Option<u32>> {
+        match req.query.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(Some)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("The `{k}` value should be a positive integer."))
+                }),
+        }
+    };
+    let spec = CreateDb {
+        db: name.to_string(),
+        q: int("q")?,
+        n: int("n")?,
+        partitioned,
+    };
+    c.create_db(spec).await?;
+    Ok(json_value(StatusCode::CREATED, &json!({"ok": true})))
+}
+
+/// `DELETE /db` on a member: the map, then every node's copies.
+async fn delete(c: &Arc<Coordinator>, req: &Req, name: &str) -> ApiResult<Response> {
+    if req.query.has("rev") {
+        return Err(ApiError::bad_request(
+            "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a document instead?",
+        ));
+    }
+    require_admin(&req.user)?;
+    if settee_core::name::validate_db_name(name).is_err() {
+        return Err(settee_db::Error::NotFound("Database does not exist.").into());
+    }
+    c.delete_db(name).await?;
+    Ok(json_value(StatusCode::OK, &json!({"ok": true})))
+}
+
+/// `GET /_membership`: the live members and every member that joined.
+pub async fn membership(c: &Arc<Coordinator>, req: &Req) -> ApiResult<Response> {
+    allow(req, &[Method::GET, Method::HEAD], "GET")?;
+    require_admin(&req.user)?;
+    let m = c.membership().await?;
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({"all_nodes": m.all_nodes, "cluster_nodes": m.cluster_nodes}),
+    ))
+}
+
+/// `GET /_up` on a member: 200 while its lease is alive, else 503 (it no
+/// longer coordinates writes).
+pub fn up(c: &Arc<Coordinator>, req: &Req) -> ApiResult<Response> {
+    allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
+    if c.is_live() {
+        Ok(json_value(
+            StatusCode::OK,
+            &json!({"status": "ok", "seeds": {}}),
+        ))
+    } else {
+        let mut r = json_value(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "nolease", "seeds": {}, "reason": "the node's etcd lease is not known to be alive; it does not coordinate writes"}),
+        );
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+        Ok(r)
+    }
+}
+
+/// `GET /_node/_local/_dbs/{db}`: the database's shard map, as CouchDB
+/// shows its `_dbs` document (server admins only).
+pub async fn dbs_doc(c: &Arc<Coordinator>, req: &Req, db: &str) -> ApiResult<Response> {
+    allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
+    require_admin(&req.user)?;
+    match c.map_of(db).await {
+        Some(map) => {
+            let v = serde_json::to_value(&*map).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "error", e.to_string())
+            })?;
+            Ok(json_value(StatusCode::OK, &v))
+        }
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "missing")),
+    }
+}
+
+/// The clustered databases and this node's system databases, sorted.
+pub fn all_db_names(c: &Arc<Coordinator>, local: Vec<String>) -> Vec<String> {
+    let mut names = c.view().dbs();
+    names.extend(local.into_iter().filter(|n| n.starts_with('_')));
+    names.sort();
+    names.dedup();
+    names
+}

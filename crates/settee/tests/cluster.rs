@@ -1,0 +1,356 @@
+//! A Settee cluster end to end: three real `settee` binaries joined
+//! through a real etcd on loopback, one database of q=2 shards with n=3
+//! copies. Writes through one node are read through each other; a node
+//! killed with SIGKILL leaves `w=2`/`r=2` requests answered promptly by
+//! the two others (`w=3` is 202: accepted by fewer copies than asked);
+//! restarted, the node catches up by internal replication until every
+//! copy of every shard holds the same revision leaves; every acknowledged
+//! write is readable through every node afterwards. Also: the refusals a
+//! member owes (a node name already live, an unreachable etcd, a client
+//! naming a shard copy, a wrong cluster secret).
+//!
+//! Every wait is bounded; all traffic is to 127.0.0.1.
+
+mod common;
+#[path = "../../settee-cluster/tests/common/mod.rs"]
+mod etcd_common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Server;
+use etcd_common::EtcdServer;
+use serde_json::{json, Value};
+
+fn node(dir: &Path, etcd: &EtcdServer, name: &str) -> Server {
+    Server::start_in(
+        dir,
+        &[
+            "--cluster-etcd",
+            &etcd.url,
+            "--node",
+            name,
+            "--lease-ttl-s",
+            "2",
+            "--sync-interval-ms",
+            "1000",
+        ],
+    )
+}
+
+/// Polls `cond` every 100 ms for at most `limit`.
+fn eventually(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("not within {limit:?}: {what}");
+}
+
+/// The cluster's secret, read from etcd's JSON gateway (as a node does).
+fn secret(etcd: &EtcdServer) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let body = json!({"key": b64.encode("/settee/secret")}).to_string();
+    let r = common::call(
+        &common::agent(),
+        "POST",
+        &format!("{}/v3/kv/range", etcd.url),
+        None,
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    );
+    let v: Value = serde_json::from_str(&r.body).expect("etcd answer");
+    let value = v["kvs"][0]["value"].as_str().expect("a secret in etcd");
+    String::from_utf8(b64.decode(value).expect("base64")).expect("utf-8")
+}
+
+/// Each document's leaf revisions on one shard copy (asked as the cluster).
+fn leaves(s: &Server, shard: &str, secret: &str) -> BTreeMap<String, Vec<String>> {
+    let path = format!("/{}/_changes?style=all_docs", shard.replace('/', "%2F"));
+    let r = s.raw(
+        "GET",
+        &path,
+        false,
+        &[("X-Settee-Cluster-Secret", secret)],
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let mut out = BTreeMap::new();
+    for row in r.json()["results"].as_array().expect("results") {
+        let mut revs: Vec<String> = row["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| c["rev"].as_str().expect("rev").to_string())
+            .collect();
+        revs.sort();
+        out.insert(row["id"].as_str().expect("id").to_string(), revs);
+    }
+    out
+}
+
+#[test]
+fn writes_survive_a_killed_node_and_it_catches_up() {
+    let etcd = EtcdServer::start();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let names = ["n0@127.0.0.1", "n1@127.0.0.1", "n2@127.0.0.1"];
+    let mut nodes: Vec<Option<Server>> = (0..3)
+        .map(|i| Some(node(dirs[i].path(), &etcd, names[i])))
+        .collect();
+    let m = at(&nodes, 0).admin("GET", "/_membership", None).json();
+    assert_eq!(m["all_nodes"], json!(names), "{m}");
+
+    let r = at(&nodes, 0).admin("PUT", "/db?q=2&n=3", None);
+    assert_eq!(r.status, 201, "{r:?}");
+    let r = at(&nodes, 1).admin("PUT", "/db", None);
+    assert_eq!(
+        r.status, 412,
+        "a second creation through another node: {r:?}"
+    );
+    let shards = at(&nodes, 2).admin("GET", "/db/_shards", None).json();
+    assert_eq!(
+        shards["shards"].as_object().expect("shards").len(),
+        2,
+        "{shards}"
+    );
+    let info = at(&nodes, 1).admin("GET", "/db", None).json();
+    assert_eq!(
+        info["cluster"],
+        json!({"q": 2, "n": 3, "w": 2, "r": 2}),
+        "{info}"
+    );
+
+    // Writes through node 0, single and bulk; read through 1 and 2.
+    let mut acked: BTreeMap<String, String> = BTreeMap::new();
+    for i in 0..20 {
+        let id = format!("doc{i:02}");
+        let r = at(&nodes, 0).admin(
+            "PUT",
+            &format!("/db/{id}"),
+            Some(&json!({"i": i}).to_string()),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+        acked.insert(id, r.json()["rev"].as_str().expect("rev").to_string());
+    }
+    let docs: Vec<Value> = (20..40)
+        .map(|i| json!({"_id": format!("doc{i:02}"), "i": i}))
+        .collect();
+    let r = at(&nodes, 0).admin(
+        "POST",
+        "/db/_bulk_docs",
+        Some(&json!({"docs": docs}).to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    for row in r.json().as_array().expect("rows") {
+        acked.insert(
+            row["id"].as_str().expect("id").into(),
+            row["rev"].as_str().expect("rev").into(),
+        );
+    }
+    for reader in [1, 2] {
+        for (id, rev) in &acked {
+            let r = at(&nodes, reader).admin("GET", &format!("/db/{id}"), None);
+            assert_eq!(r.status, 200, "{r:?}");
+            assert_eq!(r.json()["_rev"], json!(rev));
+        }
+        let all = at(&nodes, reader)
+            .admin("GET", "/db/_all_docs", None)
+            .json();
+        assert_eq!(all["total_rows"], json!(40), "{all}");
+        let ids: Vec<&str> = all["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r["id"].as_str().expect("id"))
+            .collect();
+        assert_eq!(ids, acked.keys().map(String::as_str).collect::<Vec<_>>());
+        let page = at(&nodes, reader)
+            .admin("GET", "/db/_all_docs?skip=5&limit=3", None)
+            .json();
+        let ids: Vec<&str> = page["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r["id"].as_str().expect("id"))
+            .collect();
+        assert_eq!(ids, ["doc05", "doc06", "doc07"], "{page}");
+    }
+    let r = at(&nodes, 2).admin("PUT", "/db/doc00", Some(r#"{"stale":true}"#));
+    assert_eq!(
+        r.status, 409,
+        "a conflict is a conflict in a cluster too: {r:?}"
+    );
+
+    // Node 2 dies; once etcd says so, quorum requests go on at once.
+    nodes[2].take().expect("node 2").kill9();
+    eventually(Duration::from_secs(15), "node 2 seen as down", || {
+        at(&nodes, 0).admin("GET", "/_membership", None).json()["all_nodes"] == json!(&names[..2])
+    });
+    for i in 40..50 {
+        let id = format!("doc{i:02}");
+        let t = Instant::now();
+        let r = at(&nodes, i % 2).admin(
+            "PUT",
+            &format!("/db/{id}?w=2"),
+            Some(&json!({"i": i}).to_string()),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "w=2 took {:?}",
+            t.elapsed()
+        );
+        acked.insert(
+            id.clone(),
+            r.json()["rev"].as_str().expect("rev").to_string(),
+        );
+        let t = Instant::now();
+        let r = at(&nodes, 1 - i % 2).admin("GET", &format!("/db/{id}?r=2"), None);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "r=2 took {:?}",
+            t.elapsed()
+        );
+    }
+    let r = at(&nodes, 0).admin("PUT", "/db/w3?w=3", Some("{}"));
+    assert_eq!(r.status, 202, "two copies of three: accepted: {r:?}");
+    acked.insert(
+        "w3".into(),
+        r.json()["rev"].as_str().expect("rev").to_string(),
+    );
+    let r = at(&nodes, 1).admin(
+        "PUT",
+        "/db/doc01",
+        Some(&json!({"_rev": acked["doc01"], "v": 2}).to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    acked.insert(
+        "doc01".into(),
+        r.json()["rev"].as_str().expect("rev").to_string(),
+    );
+
+    // Node 2 comes back on its data and catches up.
+    nodes[2] = Some(node(dirs[2].path(), &etcd, names[2]));
+    let secret = secret(&etcd);
+    let map = at(&nodes, 0)
+        .admin("GET", "/_node/_local/_dbs/db", None)
+        .json();
+    let suffix = map["shard_suffix"].clone();
+    let suffix = match suffix {
+        Value::String(s) => s,
+        Value::Array(codes) => codes
+            .iter()
+            .map(|c| char::from(c.as_u64().expect("code") as u8))
+            .collect(),
+        other => panic!("shard_suffix {other}"),
+    };
+    let shard_names: Vec<String> = shards["shards"]
+        .as_object()
+        .expect("shards")
+        .keys()
+        .map(|r| format!("shards/{r}/db{suffix}"))
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "every copy holds the same leaves",
+        || {
+            shard_names.iter().all(|shard| {
+                let l: Vec<_> = (0..3)
+                    .map(|i| leaves(at(&nodes, i), shard, &secret))
+                    .collect();
+                l[0] == l[1] && l[1] == l[2]
+            })
+        },
+    );
+    let total: usize = shard_names
+        .iter()
+        .map(|s| leaves(at(&nodes, 2), s, &secret).len())
+        .sum();
+    assert_eq!(total, acked.len());
+    for reader in 0..3 {
+        for (id, rev) in &acked {
+            let r = at(&nodes, reader).admin("GET", &format!("/db/{id}?r=3"), None);
+            assert_eq!(r.status, 200, "{r:?}");
+            assert_eq!(r.json()["_rev"], json!(rev), "{id} through node {reader}");
+        }
+    }
+
+    // The cluster's own: shard copies are not for clients; a wrong secret
+    // is refused.
+    let shard = shard_names[0].replace('/', "%2F");
+    let r = at(&nodes, 0).admin("GET", &format!("/{shard}"), None);
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = at(&nodes, 0).raw(
+        "GET",
+        &format!("/{shard}"),
+        false,
+        &[("X-Settee-Cluster-Secret", "0000")],
+        None,
+    );
+    assert_eq!(r.status, 401, "{r:?}");
+    let r = at(&nodes, 0).raw(
+        "GET",
+        &format!("/{shard}"),
+        false,
+        &[("X-Settee-Cluster-Secret", &secret)],
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+
+    let r = at(&nodes, 1).admin("DELETE", "/db", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    eventually(
+        Duration::from_secs(10),
+        "the database gone everywhere",
+        || (0..3).all(|i| at(&nodes, i).admin("GET", "/db", None).status == 404),
+    );
+}
+
+fn at(nodes: &[Option<Server>], i: usize) -> &Server {
+    nodes[i].as_ref().expect("running")
+}
+
+/// Runs `settee serve` expecting it to fail at start; its stderr.
+fn failed_start(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = Command::new(env!("CARGO_BIN_EXE_settee"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data"])
+        .arg(dir.path())
+        .args(["--admin", "admin:admin"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run settee");
+    assert!(!out.status.success(), "it started: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_name_taken_or_an_unreachable_etcd_is_a_clear_error_at_start() {
+    let etcd = EtcdServer::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    let first = node(dir.path(), &etcd, "same@127.0.0.1");
+    let err = failed_start(&["--cluster-etcd", &etcd.url, "--node", "same@127.0.0.1"]);
+    assert!(err.contains("already registered"), "{err}");
+    let m = first.admin("GET", "/_membership", None).json();
+    assert_eq!(m["all_nodes"], json!(["same@127.0.0.1"]), "{m}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let err = failed_start(&[
+        "--cluster-etcd",
+        &format!("http://127.0.0.1:{port}"),
+        "--node",
+        "x@127.0.0.1",
+    ]);
+    assert!(err.contains("unreachable"), "{err}");
+}
