@@ -31,6 +31,20 @@ pub fn encode(shards: &[ShardSeq]) -> String {
     format!("{sum}-{}", URL_SAFE_NO_PAD.encode(payload))
 }
 
+/// A shard's sequence as a number (a single node's are decimal strings,
+/// or numbers; anything else counts as 0).
+pub fn number(v: &serde_json::Value) -> u64 {
+    match v {
+        serde_json::Value::Number(n) => n.as_u64().unwrap_or(0),
+        serde_json::Value::String(s) => s
+            .split('-')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// The shards' sequences of an opaque sequence (`0`: none, every shard
 /// from its start).
 pub fn decode(s: &str) -> Option<Vec<ShardSeq>> {

@@ -187,6 +187,55 @@ fn writes_survive_a_killed_node_and_it_catches_up() {
         "a conflict is a conflict in a cluster too: {r:?}"
     );
 
+    // _changes merged from the shards; resumed from any row's opaque seq.
+    let feed = at(&nodes, 1).admin("GET", "/db/_changes", None).json();
+    let rows = feed["results"].as_array().expect("results").clone();
+    assert_eq!(rows.len(), 40, "{feed}");
+    let cut = rows[14]["seq"].as_str().expect("opaque seq").to_string();
+    let rest = at(&nodes, 2)
+        .admin("GET", &format!("/db/_changes?since={cut}"), None)
+        .json();
+    let mut seen: Vec<String> = rows[..15]
+        .iter()
+        .chain(rest["results"].as_array().expect("results"))
+        .map(|r| r["id"].as_str().expect("id").to_string())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 40, "resumed feed misses rows: {rest}");
+    let page = at(&nodes, 0)
+        .admin("GET", "/db/_changes?limit=5", None)
+        .json();
+    assert_eq!(
+        page["results"].as_array().expect("results").len(),
+        5,
+        "{page}"
+    );
+    assert_eq!(page["pending"], json!(35), "{page}");
+    let r = at(&nodes, 0).admin("GET", "/db/_changes?since=garbage", None);
+    assert_eq!(r.status, 400, "{r:?}");
+    // The replication protocol against the cluster: another clustered
+    // database filled from this one by a node's replicator.
+    let r = at(&nodes, 2).admin("PUT", "/copy", None);
+    assert_eq!(r.status, 201, "{r:?}");
+    let auth = format!("http://{}:{}@127.0.0.1", common::ADMIN.0, common::ADMIN.1);
+    let body = json!({
+        "source": format!("{auth}:{}/db", at(&nodes, 1).port),
+        "target": format!("{auth}:{}/copy", at(&nodes, 0).port),
+    });
+    let r = at(&nodes, 2).admin("POST", "/_replicate", Some(&body.to_string()));
+    assert_eq!(r.status, 200, "{r:?}");
+    let copied = at(&nodes, 1).admin("GET", "/copy/_all_docs", None).json();
+    assert_eq!(copied["total_rows"], json!(40), "{copied}");
+    let diff = at(&nodes, 0)
+        .admin(
+            "POST",
+            "/copy/_revs_diff",
+            Some(&json!({"doc00": [acked["doc00"]], "nope": ["1-a"]}).to_string()),
+        )
+        .json();
+    assert_eq!(diff, json!({"nope": {"missing": ["1-a"]}}), "{diff}");
+
     // Node 2 dies; once etcd says so, quorum requests go on at once.
     nodes[2].take().expect("node 2").kill9();
     eventually(Duration::from_secs(15), "node 2 seen as down", || {

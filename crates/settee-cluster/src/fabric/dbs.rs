@@ -100,7 +100,7 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
         external += size("external");
         active += size("active");
         compacting |= v["compact_running"] == Value::Bool(true);
-        let seq_of = |k: &str| seq_number(&v[k]);
+        let seq_of = |k: &str| crate::seq::number(&v[k]);
         update.push(ShardSeq {
             range,
             node: a.node.clone(),
@@ -133,19 +133,6 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
         json!({"q": map.q(), "n": n, "w": quorum(n), "r": quorum(n)}),
     );
     FabricResponse::json(StatusCode::OK, &Value::Object(out))
-}
-
-/// A shard's sequence as a number (Settee's are decimal strings).
-fn seq_number(v: &Value) -> u64 {
-    match v {
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        Value::String(s) => s
-            .split('-')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0),
-        _ => 0,
-    }
 }
 
 /// `GET /db/_shards`: each range's nodes.

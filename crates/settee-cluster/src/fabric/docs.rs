@@ -136,7 +136,11 @@ async fn write(
 
 /// `r` or `w` from the query (the quorum of `n` when absent): an integer
 /// from 1 to `n`, else CouchDB's 400.
-pub fn copies_param(req: &FabricRequest, name: &str, n: usize) -> Result<usize, Box<FabricResponse>> {
+pub fn copies_param(
+    req: &FabricRequest,
+    name: &str,
+    n: usize,
+) -> Result<usize, Box<FabricResponse>> {
     match req.param(name) {
         None => Ok(quorum(n)),
         Some(v) => match v.parse::<usize>() {

@@ -10,6 +10,8 @@
 //!   fewer but at least one (202); reads from `r` copies, the winning
 //!   revision answered and a stale copy repaired.
 //! - [`bulk`]: `_bulk_docs`, split by shard and merged back in order.
+//! - [`ids`]: `_revs_diff`, `_missing_revs`, `_bulk_get`, split by shard.
+//! - [`changes`]: `_changes` (normal, longpoll) with opaque sequences.
 //! - [`listing`]: `_all_docs`, `_design_docs`, `_local_docs` merged from
 //!   one copy of each shard in id order.
 //! - [`dbs`]: a database's information, `_shards`, `_sync_shards`,
@@ -26,8 +28,10 @@
 
 pub mod bulk;
 pub mod call;
+pub mod changes;
 pub mod dbs;
 pub mod docs;
+pub mod ids;
 pub mod listing;
 
 use std::sync::Arc;
@@ -134,6 +138,10 @@ pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
         [db, "_sync_shards"] => dbs::sync_shards(&c, &req, db),
         [_, "_security"] => dbs::security(&c, &req).await,
         [_, "_bulk_docs"] => bulk::bulk_docs(&c, &req).await,
+        [_, "_bulk_get"] => ids::bulk_get(&c, &req).await,
+        [_, "_revs_diff"] => ids::by_id_object(&c, &req, "_revs_diff").await,
+        [_, "_missing_revs"] => ids::by_id_object(&c, &req, "_missing_revs").await,
+        [_, "_changes"] => changes::changes(&c, &req).await,
         [_, "_all_docs"] => listing::list(&c, &req, listing::Kind::All).await,
         [_, "_design_docs"] => listing::list(&c, &req, listing::Kind::Design).await,
         [_, "_local_docs"] => listing::list(&c, &req, listing::Kind::Local).await,
