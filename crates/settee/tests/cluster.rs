@@ -14,86 +14,16 @@
 mod common;
 #[path = "../../settee-cluster/tests/common/mod.rs"]
 mod etcd_common;
+mod cluster_support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Server;
+use cluster_support::{at, eventually, leaves, node, secret, suffix};
 use etcd_common::EtcdServer;
 use serde_json::{json, Value};
-
-fn node(dir: &Path, etcd: &EtcdServer, name: &str) -> Server {
-    Server::start_in(
-        dir,
-        &[
-            "--cluster-etcd",
-            &etcd.url,
-            "--node",
-            name,
-            "--lease-ttl-s",
-            "2",
-            "--sync-interval-ms",
-            "1000",
-        ],
-    )
-}
-
-/// Polls `cond` every 100 ms for at most `limit`.
-fn eventually(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("not within {limit:?}: {what}");
-}
-
-/// The cluster's secret, read from etcd's JSON gateway (as a node does).
-fn secret(etcd: &EtcdServer) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let body = json!({"key": b64.encode("/settee/secret")}).to_string();
-    let r = common::call(
-        &common::agent(),
-        "POST",
-        &format!("{}/v3/kv/range", etcd.url),
-        None,
-        &[("Content-Type", "application/json")],
-        Some(body.as_bytes()),
-    );
-    let v: Value = serde_json::from_str(&r.body).expect("etcd answer");
-    let value = v["kvs"][0]["value"].as_str().expect("a secret in etcd");
-    String::from_utf8(b64.decode(value).expect("base64")).expect("utf-8")
-}
-
-/// Each document's leaf revisions on one shard copy (asked as the cluster).
-fn leaves(s: &Server, shard: &str, secret: &str) -> BTreeMap<String, Vec<String>> {
-    let path = format!("/{}/_changes?style=all_docs", shard.replace('/', "%2F"));
-    let r = s.raw(
-        "GET",
-        &path,
-        false,
-        &[("X-Settee-Cluster-Secret", secret)],
-        None,
-    );
-    assert_eq!(r.status, 200, "{r:?}");
-    let mut out = BTreeMap::new();
-    for row in r.json()["results"].as_array().expect("results") {
-        let mut revs: Vec<String> = row["changes"]
-            .as_array()
-            .expect("changes")
-            .iter()
-            .map(|c| c["rev"].as_str().expect("rev").to_string())
-            .collect();
-        revs.sort();
-        out.insert(row["id"].as_str().expect("id").to_string(), revs);
-    }
-    out
-}
 
 #[test]
 fn writes_survive_a_killed_node_and_it_catches_up() {
@@ -288,18 +218,7 @@ fn writes_survive_a_killed_node_and_it_catches_up() {
     // Node 2 comes back on its data and catches up.
     nodes[2] = Some(node(dirs[2].path(), &etcd, names[2]));
     let secret = secret(&etcd);
-    let map = at(&nodes, 0)
-        .admin("GET", "/_node/_local/_dbs/db", None)
-        .json();
-    let suffix = map["shard_suffix"].clone();
-    let suffix = match suffix {
-        Value::String(s) => s,
-        Value::Array(codes) => codes
-            .iter()
-            .map(|c| char::from(c.as_u64().expect("code") as u8))
-            .collect(),
-        other => panic!("shard_suffix {other}"),
-    };
+    let suffix = suffix(at(&nodes, 0), "db");
     let shard_names: Vec<String> = shards["shards"]
         .as_object()
         .expect("shards")
@@ -362,23 +281,56 @@ fn writes_survive_a_killed_node_and_it_catches_up() {
     );
 }
 
-fn at(nodes: &[Option<Server>], i: usize) -> &Server {
-    nodes[i].as_ref().expect("running")
-}
 
-/// Runs `settee serve` expecting it to fail at start; its stderr.
+/// Runs `settee serve` with `args`, which must fail: it must exit, with a
+/// failure status, within 60 s (a server that started instead is killed and
+/// the test fails, rather than waiting for it forever). Its stderr.
 fn failed_start(args: &[&str]) -> String {
+    use std::io::Read as _;
     let dir = tempfile::tempdir().expect("tmp");
-    let out = Command::new(env!("CARGO_BIN_EXE_settee"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
         .args(["serve", "--bind", "127.0.0.1:0", "--data"])
         .arg(dir.path())
         .args(["--admin", "admin:admin"])
         .args(args)
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run settee");
-    assert!(!out.status.success(), "it started: {out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let mut stderr = child.stderr.take().expect("stderr");
+    let read_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut stdout = child.stdout.take().expect("stdout");
+    let read_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        match child.try_wait().expect("wait for settee") {
+            Some(status) => break Some(status),
+            None if Instant::now() >= deadline => break None,
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (err, out) = (
+        read_err.join().expect("stderr reader"),
+        read_out.join().expect("stdout reader"),
+    );
+    match status {
+        None => panic!("settee {args:?} did not exit within 60 s\nstdout: {out}\nstderr: {err}"),
+        Some(s) => assert!(!s.success(), "it started: {s:?}\nstdout: {out}\nstderr: {err}"),
+    }
+    err
 }
 
 #[test]
@@ -390,11 +342,11 @@ fn a_name_taken_or_an_unreachable_etcd_is_a_clear_error_at_start() {
     assert!(err.contains("already registered"), "{err}");
     let m = first.admin("GET", "/_membership", None).json();
     assert_eq!(m["all_nodes"], json!(["same@127.0.0.1"]), "{m}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("port")
-        .local_addr()
-        .expect("addr")
-        .port();
+    // A port held by a listener that never answers: nothing else can take
+    // it while the node tries it (a port merely found free could be given
+    // to another test's etcd, which the node would then join).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let port = silent.local_addr().expect("addr").port();
     let err = failed_start(&[
         "--cluster-etcd",
         &format!("http://127.0.0.1:{port}"),
