@@ -63,6 +63,8 @@ pub struct NodeConfig {
     /// How often each of the node's shard copies is pushed to the other
     /// copies of its shard ([`crate::sync`]'s sweep).
     pub sync_interval: Duration,
+    /// How the node decides moves when it is elected ([`crate::decider`]).
+    pub decider: crate::decider::DeciderConfig,
 }
 
 /// What a database's creation asks for: `q` and `n` (the cluster's
@@ -157,6 +159,11 @@ impl Coordinator {
                 config.sync_interval.max(Duration::from_millis(100)),
                 c.stop.subscribe(),
             )),
+            tokio::spawn(crate::decider::run(
+                Arc::clone(c),
+                config.decider,
+                c.stop.subscribe(),
+            )),
         ];
         *lock(&coordinator.keeper) = tasks;
         Ok(coordinator)
@@ -190,6 +197,49 @@ impl Coordinator {
     /// The client requests to other nodes go through.
     pub fn http(&self) -> &reqwest::Client {
         &self.http
+    }
+
+    /// What `GET /_cluster/rebalance` answers: the decider's last status
+    /// and whether rebalancing is paused.
+    pub async fn rebalance_status(self: &Arc<Self>) -> Result<serde_json::Value> {
+        let c = Arc::clone(self);
+        self.on_runtime(async move {
+            let status = crate::decider::status(&c).await?;
+            let control = crate::decider::control(&c).await?;
+            let mut v = match status {
+                Some(s) => serde_json::to_value(s).unwrap_or_default(),
+                None => serde_json::json!({"state": "no decider yet"}),
+            };
+            v["paused"] = serde_json::Value::Bool(control.paused);
+            Ok(v)
+        })
+        .await
+    }
+
+    /// Pauses or resumes rebalancing (moves in flight finish; no new ones).
+    pub async fn set_rebalance_paused(self: &Arc<Self>, paused: bool) -> Result<()> {
+        let c = Arc::clone(self);
+        self.on_runtime(async move {
+            crate::decider::set_control(&c, crate::decider::RebalanceControl { paused }).await
+        })
+        .await
+    }
+
+    /// The shard maps in etcd.
+    pub fn maps(&self) -> &ShardMaps {
+        &self.maps
+    }
+
+    /// The connection to etcd (within this crate only).
+    pub(crate) fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// The node's lease id, while it is registered.
+    pub fn lease_id(&self) -> Option<i64> {
+        lock(&self.registration)
+            .as_ref()
+            .map(Registration::lease_id)
     }
 
     /// The internal replication queue.
@@ -358,7 +408,7 @@ impl Coordinator {
             .await?;
         self.view.remove_map(db);
         let names: Vec<String> = map
-            .ranges_of(&self.info.name)
+            .held_by(&self.info.name)
             .iter()
             .map(|r| map.shard_name(*r))
             .collect();
@@ -368,7 +418,7 @@ impl Coordinator {
     /// Creates the copies `map` places on this node that the engine lacks.
     async fn create_copies(&self, map: &ShardMap) -> Result<()> {
         let names: Vec<String> = map
-            .ranges_of(&self.info.name)
+            .held_by(&self.info.name)
             .iter()
             .map(|r| map.shard_name(*r))
             .collect();
@@ -390,7 +440,7 @@ impl Coordinator {
     }
 
     /// Deletes local shard copies by name (those already gone are fine).
-    async fn delete_local(&self, names: Vec<String>) -> Result<()> {
+    pub(crate) async fn delete_local(&self, names: Vec<String>) -> Result<()> {
         let engine = self.engine.clone();
         blocking(move || {
             for name in &names {
@@ -406,7 +456,7 @@ impl Coordinator {
     }
 
     /// The names of this node's copies of database `db` (any suffix).
-    async fn local_copies_of(&self, db: &str) -> Result<Vec<String>> {
+    pub(crate) async fn local_copies_of(&self, db: &str) -> Result<Vec<String>> {
         let (engine, db) = (self.engine.clone(), db.to_string());
         blocking(move || {
             let names = engine
@@ -427,7 +477,7 @@ impl Coordinator {
         if let Some(map) = self.maps.get(db).await? {
             let keep: BTreeSet<String> = map
                 .value
-                .ranges_of(&self.info.name)
+                .held_by(&self.info.name)
                 .iter()
                 .map(|r| map.value.shard_name(*r))
                 .collect();
@@ -457,7 +507,9 @@ async fn shard_keeper(c: Arc<Coordinator>, mut stop: watch::Receiver<bool>) {
                         let done = match &change {
                             ShardMapChange::Put(m) => {
                                 c.view.put_map(m.value.clone());
-                                c.create_copies(&m.value).await
+                                let made = c.create_copies(&m.value).await;
+                                crate::mover::spawn_drain(&c, m.value.clone());
+                                made
                             }
                             ShardMapChange::Deleted(db) => {
                                 c.view.remove_map(db);
@@ -489,8 +541,8 @@ async fn reconcile(c: &Coordinator, w: &ShardMapWatch) {
         if let Err(e) = c.create_copies(&m.value).await {
             tracing::warn!(error = %e, db = %m.value.db, "shard copies not created");
         }
-        for r in m.value.ranges_of(&c.info.name) {
-            wanted.insert(m.value.shard_name(*r));
+        for r in m.value.held_by(&c.info.name) {
+            wanted.insert(m.value.shard_name(r));
         }
     }
     let engine = c.engine.clone();

@@ -201,6 +201,12 @@ impl Etcd {
     pub fn settings_key(&self) -> String {
         format!("{}settings", self.config.prefix)
     }
+
+    /// `PREFIX NAME`: one of the cluster's own keys (the decider's
+    /// election, the rebalance status and control).
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.config.prefix)
+    }
 }
 
 /// A value read from etcd with the revision it was last written at (the

@@ -311,6 +311,23 @@ pub struct ShardMap {
     pub by_range: BTreeMap<Range, Vec<String>>,
     #[serde(default)]
     pub props: Props,
+    /// Copies being added (issue 39's moves, see `crate::mover`): each
+    /// receives the range's writes while it is filled, and becomes a full
+    /// copy (replacing `from`, when given) in one later update. Not in
+    /// CouchDB's documents; absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<Move>,
+}
+
+/// A copy of `range` being added on node `to`, replacing `from`'s when
+/// given (a rebalance or a heal), or adding one (a heal with no copy to
+/// replace).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Move {
+    pub range: Range,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 impl ShardMap {
@@ -333,6 +350,7 @@ impl ShardMap {
             by_node: BTreeMap::new(),
             by_range,
             props: Props::new(partitioned),
+            moves: Vec::new(),
         };
         map.changelog = map
             .by_range
@@ -386,6 +404,21 @@ impl ShardMap {
         if by_node != transpose(&self.by_range) {
             return Err(bad("by_node is not the transpose of by_range".into()));
         }
+        let mut moving = BTreeSet::new();
+        for m in &self.moves {
+            let Some(nodes) = self.by_range.get(&m.range) else {
+                return Err(bad(format!("a move of range {} not in the map", m.range)));
+            };
+            if nodes.contains(&m.to) || !moving.insert((m.range, &m.to)) {
+                return Err(bad(format!("{} already holds range {}", m.to, m.range)));
+            }
+            if m.from.as_ref().is_some_and(|f| !nodes.contains(f)) {
+                return Err(bad(format!(
+                    "a move of range {} from a node without it",
+                    m.range
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -423,9 +456,47 @@ impl ShardMap {
         shard_name(range, &self.db, &self.shard_suffix)
     }
 
-    /// The ranges a node holds copies of.
+    /// The ranges a node holds full copies of.
     pub fn ranges_of(&self, node: &str) -> &[Range] {
         self.by_node.get(node).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The ranges a node keeps a copy of: full copies and those being
+    /// added to it.
+    pub fn held_by(&self, node: &str) -> Vec<Range> {
+        let mut out = self.ranges_of(node).to_vec();
+        out.extend(self.moves.iter().filter(|m| m.to == node).map(|m| m.range));
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The nodes copies of `range` are being added to.
+    pub fn joining(&self, range: Range) -> impl Iterator<Item = &str> {
+        self.moves
+            .iter()
+            .filter(move |m| m.range == range)
+            .map(|m| m.to.as_str())
+    }
+
+    /// Makes `mv`'s copy a full one: `to` added to its range (and the
+    /// changelog), `from` dropped when given, the move taken off.
+    pub fn complete(&mut self, mv: &Move) -> Result<()> {
+        self.moves.retain(|m| m != mv);
+        let nodes = self.by_range.entry(mv.range).or_default();
+        if !nodes.contains(&mv.to) {
+            nodes.push(mv.to.clone());
+            nodes.sort();
+            self.changelog
+                .push(ChangelogEntry(ChangeAction::Add, mv.range, mv.to.clone()));
+        }
+        if let Some(from) = &mv.from {
+            nodes.retain(|n| n != from);
+            self.changelog
+                .push(ChangelogEntry(ChangeAction::Delete, mv.range, from.clone()));
+        }
+        self.by_node = transpose(&self.by_range);
+        self.validate()
     }
 }
 

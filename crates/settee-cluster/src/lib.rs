@@ -15,6 +15,9 @@
 //! - [`fabric`]: requests for clustered databases answered from the shard
 //!   copies on the members (quorum writes and reads, merged listings).
 //! - [`sync`]: internal replication between copies of a shard.
+//! - [`decider`]: the elected node that plans and drives shard moves.
+//! - [`plan`]: the next moves of a map (heal, then balance), pure.
+//! - [`mover`]: a move filled and completed; a dropped copy drained.
 //! - [`seq`]: opaque sequences of clustered databases.
 //! - [`secret`]: the secret nodes authenticate each other with.
 //! - [`error`]: the crate's error type.
@@ -23,11 +26,14 @@
 //! members, shard maps and settings, never of etcd's types.
 
 pub mod coordinator;
+pub mod decider;
 pub mod error;
 pub mod etcd;
 pub mod fabric;
 pub mod layout;
 pub mod membership;
+pub mod mover;
+pub mod plan;
 pub mod secret;
 pub mod seq;
 pub mod settings;

@@ -321,6 +321,11 @@ impl Registration {
         self.ttl
     }
 
+    /// The lease's id (what the node's election campaign is tied to).
+    pub fn lease_id(&self) -> i64 {
+        self.lease
+    }
+
     /// Until when the lease is certainly alive.
     pub fn lease_valid_until(&self) -> Instant {
         self.state.valid_until()

@@ -143,6 +143,37 @@ impl ShardMaps {
         .await
     }
 
+    /// [`ShardMaps::update`], and only while `guard` (a key and its
+    /// create revision: the decider's election key) still exists as it
+    /// was: a decider that lost its election changes nothing.
+    pub async fn update_guarded(
+        &self,
+        map: &ShardMap,
+        expected: i64,
+        guard: (&[u8], i64),
+    ) -> Result<i64> {
+        map.validate()?;
+        let key = self.etcd.db_key(&map.db);
+        let value = serde_json::to_vec(map).map_err(|e| ClusterError::Config(e.to_string()))?;
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(key.clone(), CompareOp::Equal, expected),
+                Compare::create_revision(guard.0.to_vec(), CompareOp::Equal, guard.1),
+            ])
+            .and_then([TxnOp::put(key, value, None)]);
+        let resp = self
+            .etcd
+            .call("update shard map", self.etcd.client().txn(txn))
+            .await?;
+        if !resp.succeeded() {
+            return Err(ClusterError::ShardMapConflict {
+                db: map.db.clone(),
+                expected,
+            });
+        }
+        Ok(header_revision(resp.header()))
+    }
+
     /// Deletes a database's map if it is still at `expected`.
     pub async fn delete(&self, db: &str, expected: i64) -> Result<()> {
         let key = self.etcd.db_key(db);

@@ -155,6 +155,7 @@ pub async fn sweeper(
         for db in c.view().dbs() {
             if let Some(map) = c.view().map(&db) {
                 push_shared(&c, &map, None);
+                crate::mover::spawn_drain(&c, (*map).clone());
             }
         }
     }
@@ -178,15 +179,11 @@ pub fn push_shared(c: &Coordinator, map: &ShardMap, only: Option<&str>) {
 }
 
 /// One job: replicate, then carry `_security` over.
-async fn run(c: &Coordinator, job: &Job) -> Result<(), String> {
+pub(crate) async fn run(c: &Coordinator, job: &Job) -> Result<(), String> {
     let (Some(from), Some(to)) = (c.view().member(&job.from), c.view().member(&job.to)) else {
         return Ok(());
     };
-    let user = serde_json::to_string(&crate::fabric::User {
-        name: Some("_cluster".into()),
-        roles: vec!["_admin".into()],
-    })
-    .unwrap_or_default();
+    let user = serde_json::to_string(&crate::fabric::User::internal()).unwrap_or_default();
     let headers = json!({SECRET_HEADER: c.secret(), USER_HEADER: user});
     let src = crate::fabric::call::shard_url(&from.advertise, &job.shard);
     let dst = crate::fabric::call::shard_url(&to.advertise, &job.shard);
@@ -215,18 +212,8 @@ async fn copy_security(
     to: &crate::NodeInfo,
 ) -> Result<(), String> {
     use crate::fabric::call::Call;
-    let admin = crate::fabric::User {
-        name: Some("_cluster".into()),
-        roles: vec!["_admin".into()],
-    };
-    let get = Call::json(
-        http::Method::GET,
-        &["_security"],
-        Vec::new(),
-        &serde_json::Value::Null,
-    );
-    let mut get = get;
-    get.body = bytes::Bytes::new();
+    let admin = crate::fabric::User::internal();
+    let get = Call::get(&["_security"]);
     let (Some(a), Some(b)) = (
         c.call_copy(from, &job.shard, &get, &admin).await,
         c.call_copy(to, &job.shard, &get, &admin).await,

@@ -486,8 +486,7 @@ mod tests {
     #[test]
     fn null_and_empty_are_options_left_out() {
         // A client that writes every option sends these.
-        let r = parse(json!({"selector": {}, "use_index": null, "bookmark": null}))
-            .expect("valid");
+        let r = parse(json!({"selector": {}, "use_index": null, "bookmark": null})).expect("valid");
         assert!(r.use_index.is_none() && r.bookmark.is_none() && r.bookmark_invalid.is_none());
         let r = parse(json!({"selector": {}, "bookmark": "", "fields": []})).expect("valid");
         assert!(r.bookmark.is_none() && r.bookmark_given.is_none() && r.fields.is_none());
@@ -495,7 +494,10 @@ mod tests {
         assert_eq!(r.use_index_given, vec!["ix".to_string()]);
         assert!(matches!(
             parse(json!({"selector": {}, "partition": 1})),
-            Err(MangoError::Invalid { error: "illegal_partition", .. })
+            Err(MangoError::Invalid {
+                error: "illegal_partition",
+                ..
+            })
         ));
         // Others refuse `null` as CouchDB does.
         assert!(parse(json!({"selector": {}, "limit": null})).is_err());

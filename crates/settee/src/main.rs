@@ -118,6 +118,14 @@ struct ServeArgs {
     /// node's shard copies pushed to the other copies).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     sync_interval_ms: u64,
+    /// Seconds a node may be down before its shard copies are replaced on
+    /// the live nodes (`[cluster] heal_after_s`).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    heal_after_s: u64,
+    /// Shard moves in flight at once, cluster-wide, when this node decides
+    /// (`[cluster] rebalance_max_moves`).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    rebalance_max_moves: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
@@ -227,6 +235,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                         .unwrap_or_else(|| format!("http://{addr}")),
                     ttl: std::time::Duration::from_secs(args.lease_ttl_s),
                     sync_interval: std::time::Duration::from_millis(args.sync_interval_ms),
+                    decider: settee_cluster::decider::DeciderConfig {
+                        heal_after: std::time::Duration::from_secs(args.heal_after_s),
+                        max_moves: args.rebalance_max_moves as usize,
+                    },
                 };
                 let c = settee_cluster::Coordinator::join(config, joined_engine)
                     .await

@@ -11,17 +11,17 @@
 //!
 //! Every wait is bounded; all traffic is to 127.0.0.1.
 
+mod cluster_support;
 mod common;
 #[path = "../../settee-cluster/tests/common/mod.rs"]
 mod etcd_common;
-mod cluster_support;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Server;
 use cluster_support::{at, eventually, leaves, node, secret, suffix};
+use common::Server;
 use etcd_common::EtcdServer;
 use serde_json::{json, Value};
 
@@ -281,7 +281,6 @@ fn writes_survive_a_killed_node_and_it_catches_up() {
     );
 }
 
-
 /// Runs `settee serve` with `args`, which must fail: it must exit, with a
 /// failure status, within 60 s (a server that started instead is killed and
 /// the test fails, rather than waiting for it forever). Its stderr.
@@ -328,7 +327,10 @@ fn failed_start(args: &[&str]) -> String {
     );
     match status {
         None => panic!("settee {args:?} did not exit within 60 s\nstdout: {out}\nstderr: {err}"),
-        Some(s) => assert!(!s.success(), "it started: {s:?}\nstdout: {out}\nstderr: {err}"),
+        Some(s) => assert!(
+            !s.success(),
+            "it started: {s:?}\nstdout: {out}\nstderr: {err}"
+        ),
     }
     err
 }

@@ -127,6 +127,17 @@ impl Call {
         }
     }
 
+    /// A bodiless `GET` of the fabric's own.
+    pub fn get(rest: &[&str]) -> Call {
+        Call {
+            method: Method::GET,
+            rest: rest.iter().map(|s| s.to_string()).collect(),
+            query: Vec::new(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        }
+    }
+
     /// The same call with another query.
     pub fn with_query(&self, query: Vec<(String, String)>) -> Call {
         Call {
@@ -300,6 +311,28 @@ impl Coordinator {
             });
         }
         drop(tx);
+        if write {
+            // Copies being added receive the write too; they do not count
+            // towards `need` (they are not full copies yet).
+            for name in map.joining(range) {
+                let Some(node) = self.view().member(name) else {
+                    continue;
+                };
+                let (c, call, user, shard) = (
+                    Arc::clone(self),
+                    Arc::clone(&call),
+                    user.clone(),
+                    shard.clone(),
+                );
+                let map = map.clone();
+                tokio::spawn(async move {
+                    let answer = c.call_copy(&node, &shard, &call, &user).await;
+                    if answer.as_ref().is_none_or(|a| a.status.is_server_error()) {
+                        c.sync().schedule_range(&c, &map, range);
+                    }
+                });
+            }
+        }
         let mut out = FanOut {
             answers: Vec::new(),
             copies: total,

@@ -56,6 +56,17 @@ pub struct User {
     pub roles: Vec<String>,
 }
 
+impl User {
+    /// The cluster's own requests between nodes (internal replication,
+    /// moves): an admin named `_cluster`.
+    pub fn internal() -> User {
+        User {
+            name: Some("_cluster".into()),
+            roles: vec!["_admin".into()],
+        }
+    }
+}
+
 /// A request for a clustered database: `segments[0]` is the database.
 #[derive(Clone, Debug)]
 pub struct FabricRequest {

@@ -112,6 +112,34 @@ pub async fn membership(c: &Arc<Coordinator>, req: &Req) -> ApiResult<Response> 
     ))
 }
 
+/// `GET /_cluster/rebalance`: the decider's last status (plan, moves in
+/// flight, done, history); `POST` with `{"action": "pause"|"resume"}`.
+pub async fn rebalance(c: &Arc<Coordinator>, req: &mut Req) -> ApiResult<Response> {
+    allow(
+        req,
+        &[Method::GET, Method::HEAD, Method::POST],
+        "GET,HEAD,POST",
+    )?;
+    require_admin(&req.user)?;
+    if req.method == Method::POST {
+        let bytes = req.body_bytes().await?;
+        let body = crate::request::parse_json_bytes(&bytes)?;
+        let paused = match body.get("action").and_then(|a| a.as_str()) {
+            Some("pause") => true,
+            Some("resume") | Some("start") => false,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "action must be \"pause\", \"resume\" or \"start\"",
+                ))
+            }
+        };
+        c.set_rebalance_paused(paused).await?;
+        return Ok(json_value(StatusCode::OK, &json!({"ok": true})));
+    }
+    let status = c.rebalance_status().await?;
+    Ok(json_value(StatusCode::OK, &status))
+}
+
 /// `GET /_up` on a member: 200 while its lease is alive, else 503 (it no
 /// longer coordinates writes).
 pub fn up(c: &Arc<Coordinator>, req: &Req) -> ApiResult<Response> {

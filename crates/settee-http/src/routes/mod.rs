@@ -89,6 +89,9 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         match s.as_slice() {
             ["_membership"] => return cluster::membership(c, req).await.map(Routed::Answer),
             ["_up"] => return cluster::up(c, req).map(Routed::Answer),
+            ["_cluster", "rebalance"] => {
+                return cluster::rebalance(c, req).await.map(Routed::Answer)
+            }
             ["_node", "_local", "_dbs", db] => {
                 return cluster::dbs_doc(c, req, db).await.map(Routed::Answer)
             }

@@ -101,7 +101,9 @@ pub fn leaves(s: &Server, shard: &str, secret: &str) -> BTreeMap<String, Vec<Str
 
 /// The shard-name suffix of `db` (from the node's `_dbs` document).
 pub fn suffix(s: &Server, db: &str) -> String {
-    let map = s.admin("GET", &format!("/_node/_local/_dbs/{db}"), None).json();
+    let map = s
+        .admin("GET", &format!("/_node/_local/_dbs/{db}"), None)
+        .json();
     match map["shard_suffix"].clone() {
         Value::String(s) => s,
         Value::Array(codes) => codes
