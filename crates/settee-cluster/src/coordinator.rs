@@ -92,6 +92,7 @@ pub struct Coordinator {
     secret: String,
     http: reqwest::Client,
     sync: SyncQueue,
+    moves: crate::move_progress::Registry,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -142,6 +143,7 @@ impl Coordinator {
             secret,
             http,
             sync,
+            moves: Default::default(),
         });
         // The maps and members are known before the first request.
         coordinator
@@ -223,6 +225,71 @@ impl Coordinator {
             crate::decider::set_control(&c, crate::decider::RebalanceControl { paused }).await
         })
         .await
+    }
+
+    /// The shards (`db range`) of every database with fewer live full
+    /// copies than their map names.
+    pub fn under_replicated(&self) -> Vec<String> {
+        let live = self.view.live().into_keys().collect();
+        let mut out = Vec::new();
+        for db in self.view.dbs() {
+            if let Some(m) = self.view.map(&db) {
+                out.extend(
+                    crate::decider::under_replicated(&m, &live)
+                        .into_iter()
+                        .map(|r| format!("{db} {r}")),
+                );
+            }
+        }
+        out
+    }
+
+    /// The moves this node is filling, with their progress.
+    pub fn moves(&self) -> &crate::move_progress::Registry {
+        &self.moves
+    }
+
+    /// This node's `_active_tasks` entries (the moves it fills).
+    pub fn active_tasks(&self) -> Vec<serde_json::Value> {
+        self.moves.active_tasks(&self.info.name)
+    }
+
+    /// Marks `node` as leaving (`true`: decommission, its copies move
+    /// off) or takes the mark off; answers whether anything changed.
+    pub async fn set_leaving(self: &Arc<Self>, node: &str, leaving: bool) -> Result<bool> {
+        membership::validate_node_name(node)?;
+        let (etcd, node) = (self.etcd.clone(), node.to_string());
+        self.on_runtime(async move { crate::leaving::set(&etcd, &node, leaving).await })
+            .await
+    }
+
+    /// A node as the operator sees it: `live`, `down` or `leaving`
+    /// (`None`: never a member), and how many shard copies it holds.
+    pub async fn node_state(self: &Arc<Self>, node: &str) -> Result<Option<(String, usize)>> {
+        let (etcd, name) = (self.etcd.clone(), node.to_string());
+        let (known, leaving) = self
+            .on_runtime(async move {
+                let known = membership::known_members(&etcd).await?;
+                Ok((known.contains_key(&name), crate::leaving::get(&etcd).await?))
+            })
+            .await?;
+        let live = self.view.member(node).is_some();
+        if !known && !live && !leaving.contains(node) {
+            return Ok(None);
+        }
+        let copies = self
+            .view
+            .dbs()
+            .iter()
+            .filter_map(|db| self.view.map(db))
+            .map(|m| m.held_by(node).len())
+            .sum();
+        let state = match (leaving.contains(node), live) {
+            (true, _) => "leaving",
+            (false, true) => "live",
+            (false, false) => "down",
+        };
+        Ok(Some((state.to_string(), copies)))
     }
 
     /// The shard maps in etcd.
@@ -358,10 +425,13 @@ impl Coordinator {
         let map = self
             .on_runtime(async move {
                 let defaults = settings::get(&etcd).await?.value;
+                // A leaving node takes no new copies.
+                let leaving = crate::leaving::get(&etcd).await?;
                 let live: Vec<String> = membership::members(&etcd)
                     .await?
                     .value
                     .into_keys()
+                    .filter(|n| !leaving.contains(n))
                     .collect();
                 let q = spec.q.unwrap_or(defaults.q);
                 let n = effective_n(spec.n.unwrap_or(defaults.n), live.len());

@@ -67,6 +67,16 @@ pub struct RebalanceStatus {
     pub pending: u64,
     /// Nodes whose copies are being replaced (down past `heal_after_s`).
     pub gone: Vec<String>,
+    /// Nodes being decommissioned (their copies move off).
+    #[serde(default)]
+    pub leaving: Vec<String>,
+    /// Leaving nodes that hold no copy any more (safe to stop).
+    #[serde(default)]
+    pub decommissioned: Vec<String>,
+    /// Shards (`db range`) with fewer live full copies than the map
+    /// names (nodes down, or no node left to hold a replacement).
+    #[serde(default)]
+    pub under_replicated: Vec<String>,
     /// The last moves completed or failed.
     pub history: Vec<MoveStatus>,
     /// When this was written (Unix seconds).
@@ -83,6 +93,9 @@ pub struct MoveStatus {
     pub from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// The fill's figures (moves in flight, when the decider fills it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::move_progress::MoveProgress>,
 }
 
 impl MoveStatus {
@@ -93,6 +106,7 @@ impl MoveStatus {
             to: m.to.clone(),
             from: m.from.clone(),
             result: None,
+            progress: None,
         }
     }
 }
@@ -213,6 +227,12 @@ async fn tick(
         .filter(|(_, t)| now.duration_since(**t) >= config.heal_after)
         .map(|(n, _)| n.clone())
         .collect();
+    // A leaving node takes no copies, and its copies are replaced at once
+    // (it is still live, so it is one of the sources of their fill).
+    let leaving = crate::leaving::get(c.etcd()).await?;
+    let eligible: BTreeSet<String> = live.difference(&leaving).cloned().collect();
+    let mut replaced = gone.clone();
+    replaced.extend(leaving.iter().cloned());
     let paused = control(c).await?.paused;
     let guard = (leader.key().to_vec(), leader.rev());
     let mut in_flight = Vec::new();
@@ -220,7 +240,9 @@ async fn tick(
     for m in &maps {
         for mv in &m.value.moves {
             recorded += 1;
-            in_flight.push(MoveStatus::of(&m.value.db, mv));
+            let mut entry = MoveStatus::of(&m.value.db, mv);
+            entry.progress = c.moves().of(&m.value.db, mv);
+            in_flight.push(entry);
             // A move whose target went down is withdrawn.
             if !live.contains(&mv.to) {
                 withdraw(c, &m.value.db, mv, &guard).await?;
@@ -233,7 +255,7 @@ async fn tick(
     if !paused {
         for m in &maps {
             let budget = config.max_moves.saturating_sub(recorded);
-            let planned = crate::plan::next_moves(&m.value, &live, &gone, config.max_moves);
+            let planned = crate::plan::next_moves(&m.value, &eligible, &replaced, config.max_moves);
             pending += planned.len().saturating_sub(budget) as u64;
             let take: Vec<Move> = planned.into_iter().take(budget).collect();
             if take.is_empty() {
@@ -260,6 +282,20 @@ async fn tick(
             }
         }
     }
+    let maps = c.maps().list().await?;
+    let decommissioned = leaving
+        .iter()
+        .filter(|n| maps.iter().all(|m| m.value.held_by(n).is_empty()))
+        .cloned()
+        .collect();
+    let under_replicated = maps
+        .iter()
+        .flat_map(|m| {
+            under_replicated(&m.value, &live)
+                .into_iter()
+                .map(move |r| format!("{} {r}", m.value.db))
+        })
+        .collect();
     let status = RebalanceStatus {
         decider: c.node_name().to_string(),
         state: match (paused, in_flight.is_empty() && pending == 0) {
@@ -272,6 +308,9 @@ async fn tick(
         in_flight,
         pending,
         gone: gone.into_iter().collect(),
+        leaving: leaving.into_iter().collect(),
+        decommissioned,
+        under_replicated,
         history: st.history.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         updated: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -288,6 +327,15 @@ async fn tick(
         )
         .await?;
     Ok(())
+}
+
+/// The ranges of `map` with fewer live full copies than it names.
+pub fn under_replicated(map: &crate::layout::ShardMap, live: &BTreeSet<String>) -> Vec<String> {
+    map.by_range
+        .iter()
+        .filter(|(_, nodes)| nodes.iter().filter(|n| live.contains(*n)).count() < nodes.len())
+        .map(|(r, _)| r.to_string())
+        .collect()
 }
 
 /// Takes a move off its map (its target went down before it finished).

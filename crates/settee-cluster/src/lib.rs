@@ -18,6 +18,8 @@
 //! - [`decider`]: the elected node that plans and drives shard moves.
 //! - [`plan`]: the next moves of a map (heal, then balance), pure.
 //! - [`mover`]: a move filled and completed; a dropped copy drained.
+//! - [`move_progress`]: the moves this node fills, with their figures.
+//! - [`leaving`]: nodes being decommissioned.
 //! - [`seq`]: opaque sequences of clustered databases.
 //! - [`secret`]: the secret nodes authenticate each other with.
 //! - [`error`]: the crate's error type.
@@ -31,7 +33,9 @@ pub mod error;
 pub mod etcd;
 pub mod fabric;
 pub mod layout;
+pub mod leaving;
 pub mod membership;
+pub mod move_progress;
 pub mod mover;
 pub mod plan;
 pub mod secret;

@@ -77,13 +77,16 @@ pub async fn run(c: &Arc<Coordinator>, db: &str, mv: &Move, guard: (&[u8], i64))
             "no live copy of {shard} to fill from"
         )));
     }
+    let (docs_total, bytes_total) = source_totals(c, &sources[0], &shard).await;
+    let tracked = c.moves().start(db, mv, docs_total, bytes_total);
     for from in sources {
         let job = Job {
             shard: shard.clone(),
             from,
             to: mv.to.clone(),
         };
-        match tokio::time::timeout(FILL_TIMEOUT, crate::sync::run(c, &job)).await {
+        let status = tracked.next_source();
+        match tokio::time::timeout(FILL_TIMEOUT, crate::sync::run_tracked(c, &job, &status)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(ClusterError::Local(format!("filling {shard}: {e}"))),
             Err(_) => return Err(ClusterError::Local(format!("filling {shard} timed out"))),
@@ -115,6 +118,29 @@ pub async fn run(c: &Arc<Coordinator>, db: &str, mv: &Move, guard: (&[u8], i64))
     Err(ClusterError::Local(format!(
         "the map of {db} kept changing"
     )))
+}
+
+/// A source copy's documents (live and deleted) and external size; zeros
+/// when it does not answer (the figures are then unknown, not wrong).
+async fn source_totals(c: &Coordinator, from: &str, shard: &str) -> (u64, u64) {
+    let Some(node) = c.view().member(from) else {
+        return (0, 0);
+    };
+    let get = crate::fabric::call::Call::get(&[]);
+    match c
+        .call_copy(&node, shard, &get, &crate::fabric::User::internal())
+        .await
+    {
+        Some(a) if a.ok() => {
+            let v = a.json();
+            let n = |k: &str| v[k].as_u64().unwrap_or(0);
+            (
+                n("doc_count") + n("doc_del_count"),
+                v["sizes"]["external"].as_u64().unwrap_or(0),
+            )
+        }
+        _ => (0, 0),
+    }
 }
 
 /// Copies being drained now (one drain per copy at a time).

@@ -180,6 +180,15 @@ pub fn push_shared(c: &Coordinator, map: &ShardMap, only: Option<&str>) {
 
 /// One job: replicate, then carry `_security` over.
 pub(crate) async fn run(c: &Coordinator, job: &Job) -> Result<(), String> {
+    run_tracked(c, job, &parking_lot::Mutex::new(Default::default())).await
+}
+
+/// [`run`], its progress kept in `status` (a move's fill shows it).
+pub(crate) async fn run_tracked(
+    c: &Coordinator,
+    job: &Job,
+    status: &parking_lot::Mutex<settee_replicator::Status>,
+) -> Result<(), String> {
     let (Some(from), Some(to)) = (c.view().member(&job.from), c.view().member(&job.to)) else {
         return Ok(());
     };
@@ -197,8 +206,7 @@ pub(crate) async fn run(c: &Coordinator, job: &Job) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let (_keep, stop) = tokio::sync::watch::channel(false);
-    let status = parking_lot::Mutex::new(settee_replicator::Status::default());
-    settee_replicator::job::run(&spec, &prepared, stop, &status)
+    settee_replicator::job::run(&spec, &prepared, stop, status)
         .await
         .map_err(|e| e.to_string())?;
     copy_security(c, job, &from, &to).await

@@ -137,7 +137,7 @@ fn no_stale_copies(nodes: &[Option<Server>], via: &Server, secret: &str, sfx: &s
 }
 
 #[test]
-fn a_joining_node_gets_its_share_and_a_lost_one_is_replaced() {
+fn a_joining_node_gets_its_share_a_lost_one_is_replaced_a_leaving_one_is_emptied() {
     let etcd = EtcdServer::start();
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
     let mut nodes: Vec<Option<Server>> = vec![
@@ -261,4 +261,64 @@ fn a_joining_node_gets_its_share_and_a_lost_one_is_replaced() {
     for i in 0..3 {
         all_readable(at(&nodes, i), &acked);
     }
+
+    // Decommission: c's copies move off while writes go on; c then holds
+    // none, and the status says it can be stopped.
+    let a = at(&nodes, 0);
+    let path = format!("/_node/_local/_nodes/{}", NAMES[2]);
+    let r = a.admin("GET", &path, None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["state"], json!("live"), "{r:?}");
+    assert!(r.json()["shard_copies"].as_u64() > Some(0), "{r:?}");
+    let r = a.admin("GET", "/_node/_local/_nodes/nobody@127.0.0.1", None);
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = a.admin("DELETE", "/_node/_local/_nodes/nobody@127.0.0.1", None);
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = a.admin("PUT", &path, Some("[1]"));
+    assert_eq!(r.status, 400, "{r:?}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = writer(
+        at(&nodes, 0).port,
+        "during-leave-",
+        2000,
+        Arc::clone(&stop),
+        Arc::clone(&acked),
+    );
+    let r = a.admin("DELETE", &path, None);
+    assert_eq!(r.status, 202, "{r:?}");
+    assert_eq!(
+        a.admin("GET", &path, None).json()["state"],
+        json!("leaving")
+    );
+    eventually(
+        Duration::from_secs(90),
+        "the leaving member emptied",
+        || settled(at(&nodes, 0), &nodes, &[0, 1], &secret, &sfx),
+    );
+    let st = status(at(&nodes, 1));
+    assert_eq!(st["decommissioned"], json!([NAMES[2]]), "{st}");
+    assert_eq!(st["under_replicated"], json!([]), "{st}");
+    assert_eq!(
+        at(&nodes, 1).admin("GET", &path, None).json()["shard_copies"],
+        json!(0)
+    );
+    stop.store(true, Ordering::Relaxed);
+    assert!(w.join().expect("writer") > 0);
+    eventually(
+        Duration::from_secs(30),
+        "copies agree after leaving",
+        || {
+            settled(at(&nodes, 1), &nodes, &[0, 1], &secret, &sfx)
+                && no_stale_copies(&nodes, at(&nodes, 0), &secret, &sfx)
+        },
+    );
+    for i in 0..3 {
+        all_readable(at(&nodes, i), &acked);
+    }
+    // Taking the mark off gives it its share again.
+    let r = a.admin("PUT", &path, Some("{}"));
+    assert_eq!(r.status, 201, "{r:?}");
+    eventually(Duration::from_secs(90), "readmitted and balanced", || {
+        settled(at(&nodes, 0), &nodes, &[0, 1, 2], &secret, &sfx)
+    });
 }

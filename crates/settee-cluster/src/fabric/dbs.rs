@@ -148,7 +148,14 @@ pub fn shards(c: &Arc<Coordinator>, req: &FabricRequest, db: &str) -> FabricResp
         .iter()
         .map(|(r, nodes)| (r.to_string(), json!(nodes)))
         .collect();
-    FabricResponse::json(StatusCode::OK, &json!({"shards": shards}))
+    let live = c.view().live().into_keys().collect();
+    let under = crate::decider::under_replicated(&map, &live);
+    let mut body = json!({"shards": shards});
+    if !under.is_empty() {
+        // Settee's own: ranges with fewer live copies than listed.
+        body["under_replicated"] = json!(under);
+    }
+    FabricResponse::json(StatusCode::OK, &body)
 }
 
 /// `GET /db/_shards/{docid}`: the range and nodes of a document.

@@ -140,15 +140,64 @@ pub async fn rebalance(c: &Arc<Coordinator>, req: &mut Req) -> ApiResult<Respons
     Ok(json_value(StatusCode::OK, &status))
 }
 
+/// `/_node/_local/_nodes/{name}` (server admins): `GET` the node's state
+/// (`live`, `down`, `leaving`) and how many shard copies it holds;
+/// `DELETE` decommissions it (202: its copies move off, then it holds
+/// none and can be stopped); `PUT` takes that mark off (or admits a node
+/// in advance: it takes copies once it joins).
+pub async fn node_doc(c: &Arc<Coordinator>, req: &mut Req, name: &str) -> ApiResult<Response> {
+    allow(
+        req,
+        &[Method::GET, Method::HEAD, Method::PUT, Method::DELETE],
+        "GET,HEAD,PUT,DELETE",
+    )?;
+    require_admin(&req.user)?;
+    let missing = || ApiError::new(StatusCode::NOT_FOUND, "not_found", "missing");
+    match req.method {
+        Method::PUT => {
+            let bytes = req.body_bytes().await?;
+            if !bytes.is_empty() && !crate::request::parse_json_bytes(&bytes)?.is_object() {
+                return Err(ApiError::bad_request("Document must be a JSON object"));
+            }
+            c.set_leaving(name, false).await?;
+            Ok(json_value(
+                StatusCode::CREATED,
+                &json!({"ok": true, "id": name}),
+            ))
+        }
+        Method::DELETE => {
+            if c.node_state(name).await?.is_none() {
+                return Err(missing());
+            }
+            c.set_leaving(name, true).await?;
+            Ok(json_value(
+                StatusCode::ACCEPTED,
+                &json!({"ok": true, "id": name, "state": "leaving"}),
+            ))
+        }
+        _ => match c.node_state(name).await? {
+            Some((state, copies)) => Ok(json_value(
+                StatusCode::OK,
+                &json!({"_id": name, "state": state, "shard_copies": copies}),
+            )),
+            None => Err(missing()),
+        },
+    }
+}
+
 /// `GET /_up` on a member: 200 while its lease is alive, else 503 (it no
 /// longer coordinates writes).
 pub fn up(c: &Arc<Coordinator>, req: &Req) -> ApiResult<Response> {
     allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
     if c.is_live() {
-        Ok(json_value(
-            StatusCode::OK,
-            &json!({"status": "ok", "seeds": {}}),
-        ))
+        let mut body = json!({"status": "ok", "seeds": {}});
+        let under = c.under_replicated();
+        if !under.is_empty() {
+            // Settee's own: shards with fewer live copies than their map
+            // names (still served, from the copies that are live).
+            body["under_replicated"] = json!(under);
+        }
+        Ok(json_value(StatusCode::OK, &body))
     } else {
         let mut r = json_value(
             StatusCode::SERVICE_UNAVAILABLE,

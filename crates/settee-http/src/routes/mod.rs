@@ -92,6 +92,9 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
             ["_cluster", "rebalance"] => {
                 return cluster::rebalance(c, req).await.map(Routed::Answer)
             }
+            ["_node", "_local", "_nodes", name] => {
+                return cluster::node_doc(c, req, name).await.map(Routed::Answer)
+            }
             ["_node", "_local", "_dbs", db] => {
                 return cluster::dbs_doc(c, req, db).await.map(Routed::Answer)
             }

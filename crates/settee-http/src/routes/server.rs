@@ -398,6 +398,9 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
         tasks.push(task);
     }
     tasks.extend(app.replicator.active_tasks());
+    if let Some(c) = app.coordinator() {
+        tasks.extend(c.active_tasks());
+    }
     Ok(json_value(StatusCode::OK, &Value::Array(tasks)))
 }
 
