@@ -29,6 +29,7 @@ pub mod design_req;
 pub mod error;
 pub mod idle_poll;
 pub mod linger;
+pub mod multipart_parts;
 pub mod prometheus;
 pub mod render;
 pub mod replicator_db;

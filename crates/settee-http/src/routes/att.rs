@@ -844,7 +844,8 @@ pub async fn put_multipart(
     let body = req
         .take_body()
         .ok_or_else(|| ApiError::bad_request("no body"))?;
-    let mut mp = multer::Multipart::new(body.into_data_stream(), boundary);
+    let stream = crate::multipart_parts::rewrite(body.into_data_stream(), &boundary);
+    let mut mp = multer::Multipart::new(stream, boundary);
     // The document.
     let mut first = next_part(&mut mp)
         .await?
