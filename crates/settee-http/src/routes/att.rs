@@ -850,6 +850,12 @@ pub async fn put_multipart(
     let mut first = next_part(&mut mp)
         .await?
         .ok_or_else(|| ApiError::bad_request("multipart body without a document part"))?;
+    if !first
+        .content_type()
+        .is_some_and(|m| m.essence_str().eq_ignore_ascii_case("application/json"))
+    {
+        return Err(ApiError::bad_ctype());
+    }
     let mut json = Vec::new();
     while let Some(c) = next_chunk(&mut first).await? {
         json.extend_from_slice(&c);
@@ -862,7 +868,7 @@ pub async fn put_multipart(
         return Err(ApiError::bad_request("Document must be a JSON object"));
     };
     // Which attachments follow, in order, and how they are sent.
-    let follows: Vec<(String, String, Option<String>, Option<u64>)> = map
+    let follows: Vec<Follows> = map
         .get("_attachments")
         .and_then(serde_json::Value::as_object)
         .map(|atts| {
@@ -879,13 +885,19 @@ pub async fn put_multipart(
                         .and_then(serde_json::Value::as_str)
                         .map(str::to_string);
                     let len = v.get("length").and_then(serde_json::Value::as_u64);
-                    (name.clone(), ct, enc, len)
+                    // The bytes the part carries: encoded ones when sent
+                    // encoded (CouchDB's `encoded_length`).
+                    let sent = match enc {
+                        Some(_) => v.get("encoded_length").and_then(serde_json::Value::as_u64),
+                        None => len,
+                    };
+                    (name.clone(), ct, enc, len, sent)
                 })
                 .collect()
         })
         .unwrap_or_default();
     let mut stored = Vec::with_capacity(follows.len());
-    for (name, ct, encoding, length) in follows {
+    for (name, ct, encoding, length, sent) in follows {
         let Some(mut part) = next_part(&mut mp).await? else {
             return Err(ApiError::bad_request(format!(
                 "attachment {name} follows, but no part of the body carries it"
@@ -902,6 +914,12 @@ pub async fn put_multipart(
             if up.length() > settings.max_attachment_size {
                 return Err(too_large(&name));
             }
+            if sent.is_some_and(|n| up.length() > n) {
+                return Err(ApiError::bad_request("attachment longer than expected"));
+            }
+        }
+        if sent.is_some_and(|n| up.length() < n) {
+            return Err(ApiError::bad_request("attachment shorter than expected"));
         }
         let (mut stub, writes) = up.finish(ct).await?;
         if let Some(enc) = encoding {
@@ -916,6 +934,10 @@ pub async fn put_multipart(
     req.body_finished();
     super::doc::write_with_atts(app, req, db, id, map, stored).await
 }
+
+/// An attachment a multipart document marks `follows`: its name, content
+/// type, encoding, `length`, and the bytes its part must carry.
+type Follows = (String, String, Option<String>, Option<u64>, Option<u64>);
 
 /// The `boundary` parameter of a multipart content type.
 fn multipart_boundary(ct: &str) -> Option<String> {

@@ -216,11 +216,48 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         [db, id, name @ ..] if !id.starts_with('_') && !name.is_empty() => {
             att::handle(app, req, db, (*id).to_string(), name.join("/")).await
         }
+        // An attachment of a document whose id no document may have
+        // (`/db/_foo/a.txt`): CouchDB refuses the implicit creation and
+        // finds nothing to read or delete.
+        [db, id, name @ ..] if !name.is_empty() && !DB_ENDPOINTS.contains(id) => {
+            app.db(db)?;
+            if req.method == Method::PUT {
+                settee_core::name::validate_doc_id(id)?;
+            }
+            Err(ApiError::not_found("missing"))
+        }
         [db, ..] => {
-            // Lists and rewrites: a later issue.
             app.db(db)?;
             Err(ApiError::not_implemented())
         }
     };
     answer.map(Routed::Answer)
 }
+
+/// The database-level endpoints (a path below one of them that no route
+/// takes is an unknown request of that endpoint, not an attachment).
+const DB_ENDPOINTS: &[&str] = &[
+    "_all_docs",
+    "_auto_purge",
+    "_bulk_docs",
+    "_bulk_get",
+    "_changes",
+    "_compact",
+    "_design_docs",
+    "_ensure_full_commit",
+    "_explain",
+    "_find",
+    "_index",
+    "_local_docs",
+    "_missing_revs",
+    "_partition",
+    "_purge",
+    "_purged_infos_limit",
+    "_revs_diff",
+    "_revs_limit",
+    "_security",
+    "_shards",
+    "_sync_shards",
+    "_temp_view",
+    "_view_cleanup",
+];
