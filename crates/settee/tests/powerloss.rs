@@ -469,7 +469,10 @@ fn load_and_kill(
         ),
         ("batch", &[JSON], "?batch=ok", 202),
     ];
-    for (kind, headers, query, want) in kinds {
+    // Three writers of each kind.
+    for ((kind, headers, query, want), w) in
+        kinds.into_iter().flat_map(|k| (0..3).map(move |w| (k, w)))
+    {
         if only.is_some_and(|o| o != kind) {
             continue;
         }
@@ -480,7 +483,7 @@ fn load_and_kill(
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let id = format!("r{r}-{kind}-{k}");
+                let id = format!("r{r}-{kind}{w}-{k}");
                 let body = json!({"n": 1000 + k, "kind": kind}).to_string();
                 let path = format!("/p/{id}{query}");
                 let Some((status, out)) =
@@ -499,6 +502,45 @@ fn load_and_kill(
         }));
     }
     if only.is_none() {
+        // _bulk_docs of 20 at a time.
+        let (stop, l) = (stop.clone(), l.clone());
+        threads.push(std::thread::spawn(move || {
+            let agent = common::agent();
+            for k in 0..10_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let docs: Vec<Value> = (0..20)
+                    .map(|i| json!({"_id": format!("r{r}-bulkw-{k}-{i}"), "n": 5000 + i}))
+                    .collect();
+                let body = json!({ "docs": docs }).to_string();
+                let Some((status, out)) = try_call(
+                    &agent,
+                    port,
+                    "POST",
+                    "/p/_bulk_docs",
+                    &[JSON],
+                    Some(body.as_bytes()),
+                ) else {
+                    break;
+                };
+                assert_eq!(status, 201, "{}", String::from_utf8_lossy(&out));
+                let rows: Value = serde_json::from_slice(&out).unwrap();
+                let mut l = l.lock().unwrap();
+                for row in rows.as_array().unwrap() {
+                    l.put_live(
+                        "p",
+                        row["id"].as_str().unwrap(),
+                        row["rev"].as_str().unwrap(),
+                    );
+                }
+            }
+        }));
+    }
+    for u in 0..2 {
+        if only.is_some() {
+            break;
+        }
         // Attachments being uploaded.
         let (stop, l) = (stop.clone(), l.clone());
         threads.push(std::thread::spawn(move || {
@@ -507,8 +549,8 @@ fn load_and_kill(
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let bytes = noise((r * 100_000 + k) as u64, 200_000 + k);
-                let id = format!("r{r}-upload-{k}");
+                let bytes = noise((r * 100_000 + u * 50_000 + k) as u64, 200_000 + k);
+                let id = format!("r{r}-upload{u}-{k}");
                 let path = format!("/p/{id}/u.bin");
                 let ct = [("Content-Type", "application/octet-stream")];
                 let Some((status, out)) = try_call(&agent, port, "PUT", &path, &ct, Some(&bytes))
@@ -751,12 +793,19 @@ fn every_durable_write_survives_a_power_cut() {
     let mut s = start(&data, &log);
     setup(&s, &mut ledger.lock().unwrap());
     let mut total = Losses::new();
-    for round in 0..3 {
+    let rounds: usize = std::env::var("SETTEE_POWERLOSS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut restarts = Vec::new();
+    for round in 0..rounds {
         serial_paths(&s, round, &mut ledger.lock().unwrap());
-        let run_for = Duration::from_millis(2000 + 900 * round as u64);
+        let run_for = Duration::from_millis(1500 + 500 * (round % 5) as u64);
         let cut = load_and_kill(s, round, run_for, &ledger, None);
         lazy.clear_cache();
+        let t = Instant::now();
         s = start(&data, &log);
+        restarts.push(t.elapsed());
         let losses = check(&s, &mut ledger.lock().unwrap(), cut);
         eprintln!("round {round}: acknowledged in the last {WINDOW:?} before the cut, lost of all: {losses:?}");
         for (kind, (l, n)) in losses {
@@ -765,9 +814,15 @@ fn every_durable_write_survives_a_power_cut() {
             e.1 += n;
         }
     }
+    restarts.sort();
+    eprintln!(
+        "restart after a cut: median {:?}, max {:?}",
+        restarts[restarts.len() / 2],
+        restarts[restarts.len() - 1]
+    );
     let l = ledger.lock().unwrap();
     eprintln!(
-        "power cuts: 3; durable writes checked: {} documents, {} deletions, {} purges, \
+        "power cuts: {rounds}; 16 writers; durable writes checked: {} documents, {} deletions, {} purges, \
          {} attachments; delayed/batched that survived: {}; inside the window, lost of all: {total:?}",
         l.live.len(),
         l.deleted.len(),
