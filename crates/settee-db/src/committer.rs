@@ -59,8 +59,9 @@ pub(crate) enum Reply {
         std::result::Result<String, DocFailure>,
     ),
     Unit(oneshot::Sender<Result<()>>),
-    /// A security object committed: published to readers, then answered.
-    Security(
+    /// A setting kept as JSON text (the security object, the automatic
+    /// purge settings) committed: published to readers, then answered.
+    Setting(
         oneshot::Sender<Result<()>>,
         Arc<str>,
         crate::database::SecuritySlot,
@@ -78,11 +79,11 @@ impl Reply {
             (Reply::Local(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
             (Reply::Unit(tx), None) => drop(tx.send(Ok(()))),
             (Reply::Unit(tx), Some(e)) => drop(tx.send(Err(e.clone()))),
-            (Reply::Security(tx, text, slot), None) => {
+            (Reply::Setting(tx, text, slot), None) => {
                 *slot.lock() = Some(text);
                 drop(tx.send(Ok(())));
             }
-            (Reply::Security(tx, _, _), Some(e)) => drop(tx.send(Err(e.clone()))),
+            (Reply::Setting(tx, _, _), Some(e)) => drop(tx.send(Err(e.clone()))),
             (Reply::Purge(tx, r), None) => drop(tx.send(Ok(r))),
             (Reply::Purge(tx, _), Some(e)) => drop(tx.send(Err(e.clone()))),
         }

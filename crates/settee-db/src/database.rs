@@ -74,6 +74,12 @@ pub(crate) struct Shared {
     pub design_generation: AtomicU64,
     /// The security object's JSON text as last committed (None: never set).
     pub security: SecuritySlot,
+    /// The automatic purge settings' JSON text as last committed (None:
+    /// never set); kept like the security object.
+    pub auto_purge: SecuritySlot,
+    /// When the changes were made (see [`crate::time_seq`]); updated by the
+    /// writer as it writes groups.
+    pub time_seq: Mutex<crate::time_seq::TimeSeq>,
     /// Uploads running (see [`crate::blobs`]); garbage collection deletes
     /// blobs only while holding it.
     pub blob_lock: Mutex<crate::blobs::BlobLock>,
@@ -691,6 +697,35 @@ impl Database {
     /// never set.
     pub fn security(&self) -> Option<Arc<str>> {
         self.shared.security.lock().clone()
+    }
+
+    /// Sets the automatic purge settings (JSON text the caller has
+    /// validated; `PUT /db/_auto_purge`). Does not change `update_seq`.
+    pub async fn set_auto_purge_async(&self, json: &str) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.send_async(Request::SetAutoPurge(Arc::from(json), tx))
+            .await?;
+        recv_async(rx).await
+    }
+
+    /// Blocking [`Database::set_auto_purge_async`].
+    pub fn set_auto_purge(&self, json: &str) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::SetAutoPurge(Arc::from(json), tx))?;
+        recv(rx)
+    }
+
+    /// The automatic purge settings' JSON text as last committed; None when
+    /// they were never set.
+    pub fn auto_purge(&self) -> Option<Arc<str>> {
+        self.shared.auto_purge.lock().clone()
+    }
+
+    /// The highest sequence every change up to which was made at or before
+    /// `unix_secs` (see [`crate::time_seq`]); None when the database has
+    /// no record that old. Never names a change made later.
+    pub fn seq_made_by(&self, unix_secs: u64) -> Option<u64> {
+        self.shared.time_seq.lock().seq_at_or_before(unix_secs)
     }
 
     fn purged_infos_limit_request(limit: u64) -> Result<(Request, Pending<()>)> {

@@ -30,6 +30,23 @@ use crate::keys::{self, DbId};
 use crate::options::EngineOptions;
 use crate::poison::Poison;
 use crate::records::{decode, encode, DbMeta, DbState};
+use crate::time_seq::TimeSeq;
+
+/// What a database keeps beside its counters, read when it is opened.
+struct Stored {
+    security: Option<Arc<str>>,
+    auto_purge: Option<Arc<str>>,
+    time_seq: TimeSeq,
+}
+
+/// Now in whole seconds since the epoch, rounded up (what
+/// [`TimeSeq::record`] takes).
+pub(crate) fn unix_secs_ceil() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
 
 struct Inner {
     store: Arc<dyn Store>,
@@ -172,7 +189,12 @@ impl Engine {
         self.inner
             .poison
             .guard(self.inner.store.write(&batch, true))?;
-        Ok(self.start(&mut open, name, meta, state, security.map(Arc::from)))
+        let stored = Stored {
+            security: security.map(Arc::from),
+            auto_purge: None,
+            time_seq: TimeSeq::seeded(unix_secs_ceil(), 0),
+        };
+        Ok(self.start(&mut open, name, meta, state, stored))
     }
 
     /// Opens an existing database; not_found if it does not exist.
@@ -199,21 +221,41 @@ impl Engine {
                 )))
             }
         };
-        let security = self
-            .inner
-            .poison
-            .guard(
-                self.inner
-                    .store
-                    .get(Keyspace::Meta, &keys::security(meta.id)),
-            )?
-            .map(|b| {
-                String::from_utf8(b.to_vec())
-                    .map(Arc::from)
-                    .map_err(|_| Error::Corrupt(format!("database {name}: security object")))
-            })
-            .transpose()?;
-        Ok(self.start(&mut open, name, meta, state, security))
+        let text = |key: Vec<u8>, what: &str| -> Result<Option<Arc<str>>> {
+            self.inner
+                .poison
+                .guard(self.inner.store.get(Keyspace::Meta, &key))?
+                .map(|b| {
+                    String::from_utf8(b.to_vec())
+                        .map(Arc::from)
+                        .map_err(|_| Error::Corrupt(format!("database {name}: {what}")))
+                })
+                .transpose()
+        };
+        let security = text(keys::security(meta.id), "security object")?;
+        let auto_purge = text(keys::auto_purge(meta.id), "automatic purge settings")?;
+        let time_seq = match self.inner.poison.guard(
+            self.inner
+                .store
+                .get(Keyspace::Meta, &keys::time_seq(meta.id)),
+        )? {
+            Some(b) => {
+                let mut ts: TimeSeq = decode(&b, "time sequence map")?;
+                // Changes of the last second before the map was last
+                // stored may not be in it: they were made by now.
+                ts.record(unix_secs_ceil(), state.update_seq);
+                ts
+            }
+            // A database from before the map: everything so far was made
+            // by now.
+            None => TimeSeq::seeded(unix_secs_ceil(), state.update_seq),
+        };
+        let stored = Stored {
+            security,
+            auto_purge,
+            time_seq,
+        };
+        Ok(self.start(&mut open, name, meta, state, stored))
     }
 
     /// Registers an open database. Its writer thread starts with the first
@@ -224,7 +266,7 @@ impl Engine {
         name: &str,
         meta: DbMeta,
         state: DbState,
-        security: Option<Arc<str>>,
+        stored: Stored,
     ) -> Database {
         let shared = Arc::new(Shared {
             name: name.to_string(),
@@ -242,7 +284,9 @@ impl Engine {
             deleted: AtomicBool::new(false),
             compacting: AtomicBool::new(false),
             design_generation: AtomicU64::new(crate::database::fresh_design_generation()),
-            security: Arc::new(Mutex::new(security)),
+            security: Arc::new(Mutex::new(stored.security)),
+            auto_purge: Arc::new(Mutex::new(stored.auto_purge)),
+            time_seq: Mutex::new(stored.time_seq),
             blob_lock: Mutex::new(Default::default()),
             att_compression: Arc::clone(&self.inner.att_compression),
         });
@@ -267,6 +311,8 @@ impl Engine {
         batch.delete(Keyspace::Meta, keys::catalog(name));
         batch.delete(Keyspace::Meta, keys::state(meta.id));
         batch.delete(Keyspace::Meta, keys::security(meta.id));
+        batch.delete(Keyspace::Meta, keys::auto_purge(meta.id));
+        batch.delete(Keyspace::Meta, keys::time_seq(meta.id));
         let (count_lo, count_hi) = keys::seq_count_range(meta.id);
         batch.delete_range(Keyspace::Meta, count_lo, count_hi);
         let (block_lo, block_hi) = keys::id_block_range(meta.id);

@@ -4,8 +4,9 @@
 //!
 //! Invariants: by-id keys sort by the raw bytes of the document id (the
 //! `_all_docs` order); by-seq keys sort by sequence number. The Meta
-//! keyspace also holds, per database, the catalog entry, the counters and
-//! the by-seq counts per bucket of sequences.
+//! keyspace also holds, per database, the catalog entry, the counters,
+//! the by-seq counts per bucket of sequences, the security object, the
+//! time → sequence map and the automatic purge settings.
 
 use settee_core::rev::Rev;
 
@@ -18,6 +19,8 @@ pub const META_STATE_PREFIX: &[u8] = b"state:";
 pub const META_SEQ_COUNT_PREFIX: &[u8] = b"seqcount:";
 pub const META_ID_BLOCK_PREFIX: &[u8] = b"idblock:";
 pub const META_SECURITY_PREFIX: &[u8] = b"security:";
+pub const META_TIME_SEQ_PREFIX: &[u8] = b"timeseq:";
+pub const META_AUTO_PURGE_PREFIX: &[u8] = b"autopurge:";
 
 /// Sequences per by-seq count bucket: bucket `b` holds `[b * SEQ_BUCKET,
 /// (b + 1) * SEQ_BUCKET)`.
@@ -36,6 +39,17 @@ pub fn state(db: DbId) -> Vec<u8> {
 /// Meta key of a database's security object (its JSON text, as set).
 pub fn security(db: DbId) -> Vec<u8> {
     [META_SECURITY_PREFIX, &db.to_be_bytes()].concat()
+}
+
+/// Meta key of a database's time → sequence map (see `crate::time_seq`).
+pub fn time_seq(db: DbId) -> Vec<u8> {
+    [META_TIME_SEQ_PREFIX, &db.to_be_bytes()].concat()
+}
+
+/// Meta key of a database's automatic purge settings (the JSON text of
+/// `PUT /db/_auto_purge`, as set).
+pub fn auto_purge(db: DbId) -> Vec<u8> {
+    [META_AUTO_PURGE_PREFIX, &db.to_be_bytes()].concat()
 }
 
 /// Meta key of the number of by-seq entries of `db` in bucket `bucket`

@@ -38,6 +38,7 @@ pub mod query;
 pub mod reader;
 pub mod records;
 mod records_fast;
+pub mod time_seq;
 pub mod update;
 pub mod writer;
 

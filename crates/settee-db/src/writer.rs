@@ -132,6 +132,8 @@ pub(crate) enum Request {
     /// A new security object (JSON text), visible to readers once committed.
     SetSecurity(Arc<str>, oneshot::Sender<Result<()>>),
     SetPurgedInfosLimit(u64, oneshot::Sender<Result<()>>),
+    /// New automatic purge settings (JSON text), visible once committed.
+    SetAutoPurge(Arc<str>, oneshot::Sender<Result<()>>),
     Purge(
         Vec<(String, Vec<Rev>)>,
         oneshot::Sender<Result<PurgeOutcome>>,
@@ -573,12 +575,25 @@ impl Writer {
                     );
                     ctx.state.update_seq += 1;
                     ctx.state_dirty = true;
-                    replies.push(Reply::Security(tx, text, Arc::clone(&self.shared.security)));
+                    replies.push(Reply::Setting(tx, text, Arc::clone(&self.shared.security)));
                 }
                 Request::SetPurgedInfosLimit(n, tx) => {
                     sync = true;
                     ctx.set_purged_infos_limit(n);
                     replies.push(Reply::Unit(tx));
+                }
+                Request::SetAutoPurge(text, tx) => {
+                    sync = true;
+                    ctx.batch.put(
+                        Keyspace::Meta,
+                        keys::auto_purge(self.shared.db),
+                        text.as_bytes(),
+                    );
+                    replies.push(Reply::Setting(
+                        tx,
+                        text,
+                        Arc::clone(&self.shared.auto_purge),
+                    ));
                 }
                 Request::Purge(reqs, tx) => {
                     sync = true;
@@ -621,6 +636,16 @@ impl Writer {
         }
         if !batch.is_empty() || state_dirty {
             batch.put(Keyspace::Meta, keys::state(self.shared.db), encode(&state));
+            // At most once a second, the time of this group's changes.
+            let now = crate::engine::unix_secs_ceil();
+            let mut time_seq = self.shared.time_seq.lock();
+            if time_seq.record(now, state.update_seq) {
+                batch.put(
+                    Keyspace::Meta,
+                    keys::time_seq(self.shared.db),
+                    encode(&*time_seq),
+                );
+            }
         }
         // The group's records are in its batch; the decoded ones go now,
         // while they are still in the cache.
@@ -664,6 +689,7 @@ fn fail_all(buffered: Vec<UpdateReq>, todo: Vec<Request>, e: &Error) {
             | Request::SetRevsLimit(_, tx)
             | Request::SetSecurity(_, tx)
             | Request::SetPurgedInfosLimit(_, tx)
+            | Request::SetAutoPurge(_, tx)
             | Request::Compact(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Purge(_, tx) => drop(tx.send(Err(e.clone()))),
             Request::Shutdown | Request::Buffered => {}

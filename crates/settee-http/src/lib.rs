@@ -31,6 +31,7 @@ pub mod idle_poll;
 pub mod linger;
 pub mod multipart_parts;
 pub mod prometheus;
+pub mod purge_holds;
 pub mod render;
 pub mod replicator_db;
 pub mod request;

@@ -455,6 +455,27 @@ impl Manager {
         Ok(())
     }
 
+    /// The source URLs of the documents whose job is not registered with
+    /// the scheduler (starting, or crashing before it could): their jobs
+    /// will read their source from a checkpoint this server does not know
+    /// yet. Running jobs are the scheduler's to report.
+    pub fn unstarted_sources(&self) -> Vec<url::Url> {
+        self.docs
+            .lock()
+            .values()
+            .filter(|st| st.state == "initializing" || st.state == "crashing")
+            .filter_map(|st| {
+                let v = st.definition.get("source")?;
+                let text = match v {
+                    Value::String(s) => s.as_str(),
+                    Value::Object(o) => o.get("url")?.as_str()?,
+                    _ => return None,
+                };
+                url::Url::parse(text).ok()
+            })
+            .collect()
+    }
+
     /// `GET /_scheduler/docs`: every replication document (`db`: those of
     /// one database; `doc`: one document, None when unknown).
     pub fn docs_json(&self, db: Option<&str>, doc: Option<&str>) -> Option<Value> {

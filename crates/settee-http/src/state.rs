@@ -105,6 +105,8 @@ pub struct AppState {
     /// The coordinator, when this server is a member of a cluster (set
     /// once, before serving).
     pub cluster: std::sync::OnceLock<Arc<settee_cluster::Coordinator>>,
+    /// The automatic purge of deleted documents (started with the state).
+    pub purger: std::sync::OnceLock<settee_purger::Purger>,
 }
 
 /// `[replicator] max_jobs`, `max_churn` and `interval`, live.
@@ -129,6 +131,9 @@ impl AppState {
         self.engine
             .set_att_compression(settings.att_compression.clone());
         apply_replicator_settings(&self.replicator, &settings);
+        if let Some(p) = self.purger.get() {
+            p.set_settings(crate::purge_holds::settings(&self.config));
+        }
     }
 
     /// The server's state; fails only when the JavaScript workers cannot
@@ -171,7 +176,7 @@ impl AppState {
             Arc::clone(&scheduler),
             NODE_NAME.to_string(),
         ));
-        Ok(Arc::new(AppState {
+        let app = Arc::new(AppState {
             engine,
             auth: Auth::new(config.clone()),
             config,
@@ -189,13 +194,29 @@ impl AppState {
             replicator_docs,
             local_addr: std::sync::OnceLock::new(),
             cluster: std::sync::OnceLock::new(),
+            purger: std::sync::OnceLock::new(),
             js,
-        }))
+        });
+        let holds = Arc::new(crate::purge_holds::ServerHolds(Arc::downgrade(&app)));
+        match settee_purger::Purger::start(
+            app.engine.clone(),
+            holds,
+            crate::purge_holds::settings(&app.config),
+        ) {
+            Ok(p) => {
+                let _ = app.purger.set(p);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot start the automatic purge"),
+        }
+        Ok(app)
     }
 
     /// Stops the server's own background threads (view updates) and waits
     /// for them; called once serving has ended, before the engine closes.
     pub fn stop_background(&self) {
+        if let Some(p) = self.purger.get() {
+            p.stop();
+        }
         self.views.stop_auto_update();
     }
 

@@ -494,6 +494,24 @@ impl Scheduler {
         json!({"total_rows": list.len(), "offset": 0, "jobs": list})
     }
 
+    /// Every job's source URL and the source sequence it has checkpointed
+    /// (0 before its first checkpoint): how far each has certainly read its
+    /// source, whatever its state (a pending or crashing job resumes from
+    /// its checkpoint).
+    pub fn source_checkpoints(&self) -> Vec<(url::Url, Value)> {
+        let inner = self.inner.lock();
+        inner
+            .jobs
+            .values()
+            .map(|e| {
+                (
+                    e.spec.source.url.clone(),
+                    e.status.lock().checkpointed_seq.clone(),
+                )
+            })
+            .collect()
+    }
+
     /// The `_active_tasks` entries of the running jobs.
     pub fn active_tasks(&self) -> Vec<Value> {
         let inner = self.inner.lock();

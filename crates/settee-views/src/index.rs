@@ -123,6 +123,14 @@ impl Index {
         Ok(st)
     }
 
+    /// The stored state; None when the index was never written.
+    pub fn stored_state(&self, snap: &IndexSnapshot) -> Result<Option<IndexState>> {
+        match snap.get(&layout::state_key(&self.spec.signature))? {
+            Some(b) => Ok(Some(layout::decode::<IndexState>(&b, "index state")?)),
+            None => Ok(None),
+        }
+    }
+
     /// Whether an update is running now.
     pub fn updater_running(&self) -> bool {
         self.progress.running.load(Ordering::Relaxed)

@@ -51,6 +51,23 @@ type SpecCache = HashMap<(DbKey, String), (String, Arc<IndexSpec>)>;
 /// Indexes in use: (database, signature) → index.
 pub(crate) type IndexCache = HashMap<(DbKey, [u8; 16]), Arc<Index>>;
 
+/// The ids of a database's design documents, in id order.
+fn design_ids(db: &Database) -> Result<Vec<String>> {
+    let reader = db.reader()?;
+    let range = settee_db::IdRange {
+        start: Some("_design/".into()),
+        end: Some("_design0".into()),
+        inclusive_end: false,
+        ..settee_db::IdRange::default()
+    };
+    let mut ids = Vec::new();
+    reader.all_docs(&range, false, false, &mut |row| {
+        ids.push(row.id);
+        true
+    })?;
+    Ok(ids)
+}
+
 /// The server's views.
 pub struct Views {
     js: Arc<JsEngine>,
@@ -375,19 +392,8 @@ impl Views {
     /// `POST /db/_view_cleanup`: drops the indexes no current design
     /// document of the database uses.
     pub fn cleanup(&self, db: &Database) -> Result<()> {
-        let reader = db.reader()?;
         let mut keep: Vec<[u8; 16]> = Vec::new();
-        let range = settee_db::IdRange {
-            start: Some("_design/".into()),
-            end: Some("_design0".into()),
-            inclusive_end: false,
-            ..settee_db::IdRange::default()
-        };
-        let mut ids = Vec::new();
-        reader.all_docs(&range, false, false, &mut |row| {
-            ids.push(row.id);
-            true
-        })?;
+        let ids = design_ids(db)?;
         for id in ids {
             if let Ok(spec) = self.spec(db, &id) {
                 keep.push(spec.signature);
@@ -421,6 +427,43 @@ impl Views {
         }
         space.write(batch)?;
         Ok(())
+    }
+
+    /// How far the built indexes of a database's current design documents
+    /// (views and Mango json indexes) have read it: the lowest update
+    /// sequence and the lowest purge sequence among them, with the design
+    /// document at the lowest sequence; None when no index is built. An
+    /// index never built (no state) holds nothing back: when it is built
+    /// it reads what is there then. Every index looked at is put among the
+    /// indexes in use, so the background updates bring it up to date.
+    pub fn purge_hold(&self, db: &Database) -> Result<Option<(u64, u64, String)>> {
+        let ids = design_ids(db)?;
+        let mut hold: Option<(u64, u64, String)> = None;
+        for id in ids {
+            let Ok(spec) = self.spec(db, &id) else {
+                continue;
+            };
+            if spec.views.is_empty() {
+                continue;
+            }
+            let index = self.index(db, spec);
+            let snap = index.space().snapshot()?;
+            let Some(state) = index.stored_state(&snap)? else {
+                continue;
+            };
+            hold = Some(match hold {
+                None => (state.seq, state.purge_seq, id),
+                Some((seq, purge, by)) => {
+                    let (seq, by) = if state.seq < seq {
+                        (state.seq, id)
+                    } else {
+                        (seq, by)
+                    };
+                    (seq, purge.min(state.purge_seq), by)
+                }
+            });
+        }
+        Ok(hold)
     }
 
     /// The indexes being updated now, for `_active_tasks`: (database,

@@ -9,6 +9,7 @@
 
 pub mod all_docs;
 pub mod att;
+pub mod auto_purge;
 pub mod bulk;
 pub mod bulk_body;
 pub mod changes;
@@ -167,6 +168,7 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
+        [db, "_auto_purge"] => auto_purge::handle(app, req, db).await,
         [db, "_partition", rest @ ..] => return partition::handle(app, req, db, rest).await,
         [db, "_find"] => mango::find(app, req, db).await,
         [db, "_explain"] => mango::explain(app, req, db).await,

@@ -398,6 +398,13 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
         tasks.push(task);
     }
     tasks.extend(app.replicator.active_tasks());
+    if let Some(mut task) = app.purger.get().and_then(|p| p.active()) {
+        if let Value::Object(m) = &mut task {
+            m.insert("node".into(), json!(NODE_NAME));
+            m.insert("pid".into(), json!("<settee>"));
+        }
+        tasks.push(task);
+    }
     if let Some(c) = app.coordinator() {
         tasks.extend(c.active_tasks());
     }
@@ -546,7 +553,25 @@ fn stats(app: &App) -> Value {
         "database_writes": counter(s.docs_written.load(Ordering::Relaxed), "number of times a database was changed"),
         "httpd_request_methods": methods,
         "httpd_status_codes": statuses,
+        "auto_purge": auto_purge_stats(app),
     }})
+}
+
+/// The automatic purge's counters (Settee's own; CouchDB's branch logs
+/// its counts instead).
+fn auto_purge_stats(app: &App) -> Value {
+    let Some(p) = app.purger.get() else {
+        return json!({});
+    };
+    let s = p.stats();
+    let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    json!({
+        "docs_purged": counter(c(&s.docs_purged), "number of deleted documents purged automatically"),
+        "purge_requests": counter(c(&s.purge_requests), "number of purge requests the automatic purge made"),
+        "passes": counter(c(&s.passes), "number of automatic purge passes over the databases"),
+        "held": counter(c(&s.held), "number of times the automatic purge waited for an index or a replication"),
+        "failures": counter(c(&s.failures), "number of automatic purge requests or reads that failed"),
+    })
 }
 
 async fn config(app: &App, req: &mut Req, rest: &[&str]) -> ApiResult<Response> {
