@@ -623,6 +623,46 @@ mod tests {
     }
 
     #[test]
+    fn purge_hold_is_the_slowest_built_index() {
+        let (_engine, db, views) = setup();
+        assert_eq!(views.purge_hold(&db).unwrap(), None, "no design document");
+        bulk(
+            &db,
+            vec![json!({"_id": "a", "k": 1}), json!({"_id": "b", "k": 2})],
+        );
+        put(
+            &db,
+            json!({"_id": "_design/i", "language": "query", "views": {
+                "k": {"map": {"fields": {"k": "asc"}, "partial_filter_selector": {}}, "reduce": "_count"}
+            }}),
+        );
+        put(
+            &db,
+            json!({"_id": "_design/j", "language": "query", "views": {
+                "k": {"map": {"fields": {"k": "desc"}, "partial_filter_selector": {}}, "reduce": "_count"}
+            }}),
+        );
+        assert_eq!(views.purge_hold(&db).unwrap(), None, "no index built yet");
+        query(&views, &db, "k", &[]);
+        let built = db.update_seq();
+        assert_eq!(
+            views.purge_hold(&db).unwrap(),
+            Some((built, 0, "_design/i".to_string()))
+        );
+        // Written past the index: it holds at what it read.
+        bulk(&db, vec![json!({"_id": "c", "_deleted": true})]);
+        assert_eq!(views.purge_hold(&db).unwrap().unwrap().0, built);
+        views.update(&db, "_design/j").unwrap();
+        assert_eq!(
+            views.purge_hold(&db).unwrap().unwrap().2,
+            "_design/i",
+            "the slower of the two"
+        );
+        views.update(&db, "_design/i").unwrap();
+        assert_eq!(views.purge_hold(&db).unwrap().unwrap().0, db.update_seq());
+    }
+
+    #[test]
     fn query_views_are_mapped_natively_and_kept_current() {
         let (_engine, db, views) = setup();
         bulk(

@@ -54,10 +54,16 @@ impl Lazy {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/lazyfs/mount");
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("m");
+        // One mount at a time: on a fresh machine the first builds LazyFS
+        // in a shared directory, and two builds there at once break each
+        // other (seen on a fresh machine: "stdlib.h: No such file").
+        static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
         let out = Command::new(&script)
             .arg(&dir)
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+        drop(guard);
         assert!(
             out.status.success(),
             "LazyFS did not mount: {}",

@@ -260,3 +260,50 @@ async fn every_copy_of(
         None => FabricResponse::unavailable("no copy of a shard is reachable"),
     }
 }
+
+impl Coordinator {
+    /// Waits, at most `limit`, until every copy `map` places on another
+    /// live member exists there (each node creates its copies as the map
+    /// reaches it); whether they all do. A creation answers 201 only
+    /// then, so a write right after it finds every copy, and 202 (the
+    /// map is stored; the copies follow) when some node was too slow.
+    pub async fn await_copies(
+        self: &Arc<Self>,
+        map: &ShardMap,
+        limit: std::time::Duration,
+    ) -> bool {
+        let started = std::time::Instant::now();
+        let get = Call::get(&[]);
+        let user = super::User::internal();
+        let mut pending: Vec<(crate::membership::NodeInfo, String)> = map
+            .by_range
+            .iter()
+            .flat_map(|(range, nodes)| {
+                let shard = map.shard_name(*range);
+                nodes
+                    .iter()
+                    .filter(|n| **n != self.node_name())
+                    .filter_map(|n| self.view().member(n))
+                    .map(move |info| (info, shard.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        loop {
+            let mut left = Vec::with_capacity(pending.len());
+            for (node, shard) in pending {
+                match self.call_copy(&node, &shard, &get, &user).await {
+                    Some(a) if a.ok() => {}
+                    _ => left.push((node, shard)),
+                }
+            }
+            pending = left;
+            if pending.is_empty() {
+                return true;
+            }
+            if started.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -82,8 +82,16 @@ async fn create(c: &Arc<Coordinator>, req: &Req, name: &str) -> ApiResult<Respon
         n: int("n")?,
         partitioned,
     };
-    c.create_db(spec).await?;
-    Ok(json_value(StatusCode::CREATED, &json!({"ok": true})))
+    let map = c.create_db(spec).await?;
+    let status = if c
+        .await_copies(&map, std::time::Duration::from_secs(10))
+        .await
+    {
+        StatusCode::CREATED
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(json_value(status, &json!({"ok": true})))
 }
 
 /// `DELETE /db` on a member: the map, then every node's copies.

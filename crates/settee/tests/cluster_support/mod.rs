@@ -27,7 +27,15 @@ pub fn node_with(dir: &Path, etcd: &EtcdServer, name: &str, extra: &[&str]) -> S
         "1000",
     ];
     args.extend_from_slice(extra);
-    Server::start_in(dir, &args)
+    let s = Server::start_in(dir, &args);
+    // A node listens before it joins: wait until it is a member (its
+    // `/_up` is 503 until then), so a test never races its registration.
+    eventually(
+        Duration::from_secs(30),
+        "the node joined the cluster",
+        || s.admin("GET", "/_up", None).status == 200,
+    );
+    s
 }
 
 /// [`node_with`] and no other flags.
