@@ -64,7 +64,7 @@ pub(crate) enum Reply {
     Setting(
         oneshot::Sender<Result<()>>,
         Arc<str>,
-        crate::database::SecuritySlot,
+        crate::database::SettingSlot,
     ),
     Purge(oneshot::Sender<Result<PurgeOutcome>>, PurgeOutcome),
 }

@@ -73,10 +73,10 @@ pub(crate) struct Shared {
     /// Advanced after every commit that wrote or purged a design document.
     pub design_generation: AtomicU64,
     /// The security object's JSON text as last committed (None: never set).
-    pub security: SecuritySlot,
+    pub security: SettingSlot,
     /// The automatic purge settings' JSON text as last committed (None:
     /// never set); kept like the security object.
-    pub auto_purge: SecuritySlot,
+    pub auto_purge: SettingSlot,
     /// When the changes were made (see [`crate::time_seq`]); updated by the
     /// writer as it writes groups.
     pub time_seq: Mutex<crate::time_seq::TimeSeq>,
@@ -87,8 +87,9 @@ pub(crate) struct Shared {
     pub att_compression: crate::atts::SharedCompression,
 }
 
-/// Where a database's committed security object is kept for readers.
-pub(crate) type SecuritySlot = Arc<Mutex<Option<Arc<str>>>>;
+/// Where a database's committed setting kept as JSON text (its security
+/// object, its automatic purge settings) is kept for readers.
+pub(crate) type SettingSlot = Arc<Mutex<Option<Arc<str>>>>;
 
 /// A running writer: its queue and its thread.
 pub(crate) struct WriterSlot {

@@ -221,10 +221,13 @@ impl Engine {
                 )))
             }
         };
-        let text = |key: Vec<u8>, what: &str| -> Result<Option<Arc<str>>> {
+        let meta_get = |key: Vec<u8>| {
             self.inner
                 .poison
-                .guard(self.inner.store.get(Keyspace::Meta, &key))?
+                .guard(self.inner.store.get(Keyspace::Meta, &key))
+        };
+        let text = |key: Vec<u8>, what: &str| -> Result<Option<Arc<str>>> {
+            meta_get(key)?
                 .map(|b| {
                     String::from_utf8(b.to_vec())
                         .map(Arc::from)
@@ -234,11 +237,7 @@ impl Engine {
         };
         let security = text(keys::security(meta.id), "security object")?;
         let auto_purge = text(keys::auto_purge(meta.id), "automatic purge settings")?;
-        let time_seq = match self.inner.poison.guard(
-            self.inner
-                .store
-                .get(Keyspace::Meta, &keys::time_seq(meta.id)),
-        )? {
+        let time_seq = match meta_get(keys::time_seq(meta.id))? {
             Some(b) => {
                 let mut ts: TimeSeq = decode(&b, "time sequence map")?;
                 // Changes of the last second before the map was last

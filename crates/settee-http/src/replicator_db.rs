@@ -464,15 +464,7 @@ impl Manager {
             .lock()
             .values()
             .filter(|st| st.state == "initializing" || st.state == "crashing")
-            .filter_map(|st| {
-                let v = st.definition.get("source")?;
-                let text = match v {
-                    Value::String(s) => s.as_str(),
-                    Value::Object(o) => o.get("url")?.as_str()?,
-                    _ => return None,
-                };
-                url::Url::parse(text).ok()
-            })
+            .filter_map(|st| url::Url::parse(endpoint_url(st.definition.get("source")?)?).ok())
             .collect()
     }
 
@@ -512,13 +504,19 @@ impl Manager {
     }
 }
 
+/// The URL an endpoint of a replication document names (a string, or an
+/// object's `url`).
+fn endpoint_url(v: &Value) -> Option<&str> {
+    match v {
+        Value::String(s) => Some(s.as_str()),
+        Value::Object(o) => o.get("url").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
 /// An endpoint as `_scheduler/docs` shows it: its URL without credentials.
 fn redact(v: &Value) -> Value {
-    let url = match v {
-        Value::String(s) => s.as_str(),
-        Value::Object(o) => o.get("url").and_then(Value::as_str).unwrap_or_default(),
-        _ => "",
-    };
+    let url = endpoint_url(v).unwrap_or_default();
     match url::Url::parse(url) {
         Ok(mut u) => {
             let _ = u.set_username("");

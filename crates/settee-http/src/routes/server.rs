@@ -379,6 +379,16 @@ async fn login(app: &App, req: &mut Req) -> ApiResult<Response> {
     Ok(resp)
 }
 
+/// A task of this node's own threads, with the `node` and `pid` CouchDB
+/// gives every task.
+fn on_this_node(mut task: Value) -> Value {
+    if let Value::Object(m) = &mut task {
+        m.insert("node".into(), json!(NODE_NAME));
+        m.insert("pid".into(), json!("<settee>"));
+    }
+    task
+}
+
 pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
     require_admin(&req.user)?;
@@ -390,21 +400,9 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
             "progress": 0, "changes_done": 0, "total_changes": 0}));
     }
     drop(compactions);
-    for mut task in app.views.active() {
-        if let Value::Object(m) = &mut task {
-            m.insert("node".into(), json!(NODE_NAME));
-            m.insert("pid".into(), json!("<settee>"));
-        }
-        tasks.push(task);
-    }
+    tasks.extend(app.views.active().into_iter().map(on_this_node));
     tasks.extend(app.replicator.active_tasks());
-    if let Some(mut task) = app.purger.get().and_then(|p| p.active()) {
-        if let Value::Object(m) = &mut task {
-            m.insert("node".into(), json!(NODE_NAME));
-            m.insert("pid".into(), json!("<settee>"));
-        }
-        tasks.push(task);
-    }
+    tasks.extend(app.purger.get().and_then(|p| p.active()).map(on_this_node));
     if let Some(c) = app.coordinator() {
         tasks.extend(c.active_tasks());
     }
