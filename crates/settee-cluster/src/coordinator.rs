@@ -93,6 +93,8 @@ pub struct Coordinator {
     http: reqwest::Client,
     sync: SyncQueue,
     moves: crate::move_progress::Registry,
+    spread: crate::fabric::design::SpreadCache,
+    rereduce: std::sync::OnceLock<Arc<dyn crate::fabric::views::Rereduce>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -144,6 +146,8 @@ impl Coordinator {
             http,
             sync,
             moves: Default::default(),
+            spread: Default::default(),
+            rereduce: std::sync::OnceLock::new(),
         });
         // The maps and members are known before the first request.
         coordinator
@@ -169,6 +173,22 @@ impl Coordinator {
         ];
         *lock(&coordinator.keeper) = tasks;
         Ok(coordinator)
+    }
+
+    /// The design-document revisions this node has spread to every shard.
+    pub fn spread_cache(&self) -> &crate::fabric::design::SpreadCache {
+        &self.spread
+    }
+
+    /// Gives the fabric the views' reduce functions (set once, by the HTTP
+    /// layer, which runs JavaScript).
+    pub fn set_rereduce(&self, r: Arc<dyn crate::fabric::views::Rereduce>) {
+        let _ = self.rereduce.set(r);
+    }
+
+    /// The reduce functions, once given.
+    pub fn rereduce(&self) -> Option<Arc<dyn crate::fabric::views::Rereduce>> {
+        self.rereduce.get().cloned()
     }
 
     /// The node's name.

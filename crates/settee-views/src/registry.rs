@@ -333,6 +333,41 @@ impl Views {
         Ok(())
     }
 
+    /// The reduce function of view `view` of design document `ddoc` (as
+    /// JSON) run once more over reductions of parts of the view (`values`,
+    /// in key order) — what a cluster's coordinator does with the
+    /// reductions of each shard. Built-ins combine exactly; JavaScript is
+    /// called with `rereduce` set, as CouchDB calls it. A view without a
+    /// reduce function is [`ViewError::NotFound`].
+    pub fn rereduce(
+        &self,
+        ddoc: &Value,
+        partitioned: bool,
+        view: &str,
+        values: Vec<Value>,
+    ) -> Result<Value> {
+        let spec = IndexSpec::from_ddoc_in(ddoc, partitioned)?;
+        let def = spec
+            .view(view)
+            .ok_or_else(|| ViewError::NotFound("missing_named_view".into()))?;
+        let reduce = def
+            .reduce
+            .clone()
+            .ok_or_else(|| ViewError::NotFound("no reduce function".into()))?;
+        let reducer = crate::reducer::Reducer {
+            reduce,
+            js: &self.js,
+            spec: &spec,
+            view_name: view,
+        };
+        reducer.finish(
+            values
+                .into_iter()
+                .map(settee_index::reduce::Partial::Json)
+                .collect(),
+        )
+    }
+
     /// Brings a design document's index up to date.
     pub fn update(&self, db: &Database, ddoc_id: &str) -> Result<()> {
         let spec = self.spec(db, ddoc_id)?;

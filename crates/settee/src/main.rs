@@ -243,7 +243,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 let c = settee_cluster::Coordinator::join(config, joined_engine)
                     .await
                     .map_err(|e| format!("cannot join the cluster: {e}"))?;
-                let _ = app.cluster.set(std::sync::Arc::clone(&c));
+                settee_http::routes::cluster::attach(&app, &c);
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "settee joined the cluster as {}", args.node);
                 let _ = out.flush();

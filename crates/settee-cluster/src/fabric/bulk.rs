@@ -146,7 +146,18 @@ pub async fn bulk_docs(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricRespo
             };
         }
     }
+    // Design documents written go to every shard before the answer (with
+    // `new_edits: false` a written document has no row).
+    let designs: Vec<String> = docs
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.as_ref().is_none_or(|r| r.get("error").is_none()))
+        .filter_map(|(d, _)| d.get("_id").and_then(Value::as_str))
+        .filter(|id| super::design::is_design(id))
+        .map(str::to_string)
+        .collect();
     let rows: Vec<Value> = results.into_iter().flatten().collect();
+    super::design::after_write(c, &map, &designs).await;
     let status = if short {
         StatusCode::ACCEPTED
     } else {

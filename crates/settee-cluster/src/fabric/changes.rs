@@ -141,9 +141,14 @@ pub async fn changes(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricRespons
                 break;
             }
             pos[k].seq = crate::seq::number(&row["seq"]);
+            taken += 1;
+            if super::design::foreign(map, starts[k].0, row["id"].as_str().unwrap_or("")) {
+                // A design document's copy away from home: its home shard
+                // lists the change.
+                continue;
+            }
             row["seq"] = json!(encode(&pos));
             rows.push(row);
-            taken += 1;
         }
         if taken == results.len() {
             pos[k].seq = crate::seq::number(&page["last_seq"]).max(pos[k].seq);

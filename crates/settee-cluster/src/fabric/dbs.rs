@@ -120,6 +120,8 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
     out.insert("db_name".into(), json!(db));
     out.insert("update_seq".into(), json!(encode(&update)));
     out.insert("purge_seq".into(), json!(encode(&purge)));
+    // Design documents' copies away from home are not documents of theirs.
+    let docs = docs.saturating_sub(super::design::foreign_count(c, &map, &req.user).await);
     out.insert("doc_count".into(), json!(docs));
     out.insert("doc_del_count".into(), json!(deleted));
     out.insert(

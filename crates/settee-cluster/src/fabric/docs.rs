@@ -74,7 +74,11 @@ pub async fn doc(c: &Arc<Coordinator>, req: &FabricRequest, id: &str) -> FabricR
             }
         }
     }
-    write(c, req, &map, range, n, call).await
+    let resp = write(c, req, &map, range, n, call).await;
+    if super::design::is_design(id) && resp.status.is_success() {
+        super::design::after_write(c, &map, &[id.to_string()]).await;
+    }
+    resp
 }
 
 /// `POST /db`: a new document, its id chosen here when it has none.
@@ -105,7 +109,11 @@ pub async fn post(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
     };
     let body = bytes::Bytes::from(serde_json::to_vec(&Value::Object(doc)).unwrap_or_default());
     let call = Call::relay(Method::POST, &[], &req.query, &req.headers, body);
-    write(c, req, &map, range, nodes.len(), call).await
+    let resp = write(c, req, &map, range, nodes.len(), call).await;
+    if super::design::is_design(&id) && resp.status.is_success() {
+        super::design::after_write(c, &map, &[id]).await;
+    }
+    resp
 }
 
 /// Sends a write to every live copy of `range`; answers as the module doc

@@ -5,6 +5,9 @@
 //! `total_rows` and `offset` are the shards' sums. With `keys`, each row
 //! comes from the shard that holds its key, in the keys' order.
 //!
+//! Design documents' copies away from their home shard
+//! ([`super::design`]) are left out of the rows and of `total_rows`.
+//!
 //! Invariants: the options are checked by the copies (a refusal is
 //! relayed, so errors are a single node's); no shard is asked for more
 //! than `skip + limit` rows.
@@ -115,7 +118,10 @@ pub async fn list(c: &Arc<Coordinator>, req: &FabricRequest, kind: Kind) -> Fabr
             None => return FabricResponse::unavailable("no copy of a shard is reachable"),
         }
     }
-    let total: u64 = pages.iter().filter_map(|p| p["total_rows"].as_u64()).sum();
+    let mut total: u64 = pages.iter().filter_map(|p| p["total_rows"].as_u64()).sum();
+    if kind != Kind::Local {
+        total = total.saturating_sub(super::design::foreign_count(c, &map, &req.user).await);
+    }
     let offset: u64 = pages.iter().filter_map(|p| p["offset"].as_u64()).sum();
     let rows_of = |p: &Value| p["rows"].as_array().cloned().unwrap_or_default();
     let mut rows: Vec<Value> = match &keys {
@@ -132,7 +138,17 @@ pub async fn list(c: &Arc<Coordinator>, req: &FabricRequest, kind: Kind) -> Fabr
             })
             .collect(),
         None => {
-            let mut all: Vec<Value> = pages.iter().flat_map(rows_of).collect();
+            // A design document is listed from its home shard only.
+            let map = &map;
+            let mut all: Vec<Value> = pages
+                .iter()
+                .zip(&ranges)
+                .flat_map(|(p, &range)| {
+                    rows_of(p).into_iter().filter(move |r| {
+                        !super::design::foreign(map, range, r["id"].as_str().unwrap_or(""))
+                    })
+                })
+                .collect();
             all.sort_by(|a, b| {
                 let (x, y) = (
                     a["id"].as_str().unwrap_or(""),

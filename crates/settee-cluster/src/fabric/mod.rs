@@ -14,6 +14,8 @@
 //! - [`changes`]: `_changes` (normal, longpoll) with opaque sequences.
 //! - [`listing`]: `_all_docs`, `_design_docs`, `_local_docs` merged from
 //!   one copy of each shard in id order.
+//! - [`design`]: design documents kept on every shard.
+//! - [`views`]: view queries, merged (and reduced) from every shard.
 //! - [`dbs`]: a database's information, `_shards`, `_sync_shards`,
 //!   `_security`. (Creation and deletion are the HTTP layer's, through
 //!   [`Coordinator::create_db`] and [`Coordinator::delete_db`], so its one
@@ -30,9 +32,11 @@ pub mod bulk;
 pub mod call;
 pub mod changes;
 pub mod dbs;
+pub mod design;
 pub mod docs;
 pub mod ids;
 pub mod listing;
+pub mod views;
 
 use std::sync::Arc;
 
@@ -161,6 +165,7 @@ pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
         [_, "_design", name] | [_, "_design", name, _] => {
             docs::doc(&c, &req, &format!("_design/{name}")).await
         }
+        [_, "_design", d, "_view", v] => views::view(&c, &req, d, v).await,
         [_, "_design", _, endpoint, ..] => {
             FabricResponse::not_implemented(&format!("_design/{{ddoc}}/{endpoint}"))
         }

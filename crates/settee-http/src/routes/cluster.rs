@@ -30,6 +30,32 @@ pub fn is_clustered(req: &Req, name: &str) -> bool {
     !req.internal && !name.starts_with('_')
 }
 
+/// Makes `c` this server's coordinator, with the views registry doing the
+/// fabric's reductions across shards.
+pub fn attach(app: &crate::state::App, c: &Arc<Coordinator>) {
+    c.set_rereduce(Arc::new(Rereducer(Arc::downgrade(app))));
+    let _ = app.cluster.set(Arc::clone(c));
+}
+
+/// The fabric's [`settee_cluster::fabric::views::Rereduce`]: the views
+/// registry's (the state is held weakly: the coordinator is the state's).
+struct Rereducer(std::sync::Weak<crate::state::AppState>);
+
+impl settee_cluster::fabric::views::Rereduce for Rereducer {
+    fn rereduce(
+        &self,
+        ddoc: &serde_json::Value,
+        partitioned: bool,
+        view: &str,
+        values: Vec<serde_json::Value>,
+    ) -> Result<serde_json::Value, String> {
+        let app = self.0.upgrade().ok_or("the server is stopping")?;
+        app.views
+            .rereduce(ddoc, partitioned, view, values)
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// A request for clustered database `segs[0]`.
 pub async fn handle(c: &Arc<Coordinator>, req: &mut Req, segs: &[String]) -> ApiResult<Response> {
     let name = segs[0].as_str();
