@@ -33,13 +33,13 @@ fn nano_interop_suite() {
     );
     let files = interop::node_test_files(&root, "tests/interop/nano");
     assert!(
-        files.len() >= 8,
+        files.len() >= 10,
         "expected the nano test files in tests/interop/nano/, found {files:?}"
     );
 
     let server = Server::start();
     let url = format!("http://{}:{}@127.0.0.1:{}", ADMIN.0, ADMIN.1, server.port);
     let tests = interop::run_node_suite("nano", &root, &files, &url, NODE_RUN_TIMEOUT);
-    assert!(tests >= 50, "expected at least 50 nano tests, ran {tests}");
+    assert!(tests >= 60, "expected at least 60 nano tests, ran {tests}");
     drop(server);
 }
