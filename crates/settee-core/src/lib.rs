@@ -12,6 +12,7 @@ pub mod design;
 pub mod doc;
 pub mod doc_text;
 pub mod erl;
+pub mod fields;
 pub mod name;
 pub mod rev;
 pub mod revtree;

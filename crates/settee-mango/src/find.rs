@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 use settee_core::collate::collate;
+use settee_core::fields::{insert, project};
 use settee_core::selector::split_field_path;
 use settee_db::{Database, DocRead, IdRange};
 use settee_views::args::{Update, ViewArgs};
@@ -27,9 +28,7 @@ use crate::request::{Bookmark, FindRequest};
 use crate::sparse::Members;
 
 /// Documents read per result past which CouchDB warns.
-const SCAN_RATIO_WARNING: u64 = 10;
-
-pub const SCAN_WARNING: &str = "The number of documents examined is high in proportion to the number of results returned. Consider adding a more specific index to improve this.";
+pub use settee_core::fields::{SCAN_RATIO_WARNING, SCAN_WARNING};
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Stats {
@@ -45,48 +44,6 @@ pub struct Found {
     pub bookmark: Option<Bookmark>,
     pub stats: Stats,
     pub elapsed_ms: f64,
-}
-
-fn lookup<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut v = doc;
-    for seg in path {
-        v = match v {
-            Value::Object(m) => m.get(seg)?,
-            _ => return None,
-        };
-    }
-    Some(v)
-}
-
-fn insert(out: &mut Map<String, Value>, path: &[String], v: Value) {
-    let Some((first, rest)) = path.split_first() else {
-        return;
-    };
-    if rest.is_empty() {
-        out.insert(first.clone(), v);
-        return;
-    }
-    let entry = out
-        .entry(first.clone())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(m) = entry {
-        insert(m, rest, v);
-    }
-}
-
-/// The requested fields of a document (all of it without `fields`).
-fn project(doc: Value, fields: Option<&[String]>) -> Value {
-    let Some(fields) = fields.filter(|f| !f.is_empty()) else {
-        return doc;
-    };
-    let mut out = Map::new();
-    for f in fields {
-        let path = split_field_path(f);
-        if let Some(v) = lookup(&doc, &path) {
-            insert(&mut out, &path, v.clone());
-        }
-    }
-    Value::Object(out)
 }
 
 /// A document made of an index row (covering queries): its id and the

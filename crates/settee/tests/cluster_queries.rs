@@ -289,4 +289,141 @@ fn view_queries_answer_as_one_node_does() {
     }
     let info = members[2].admin("GET", "/db", None).json();
     assert_eq!(info["doc_count"], json!(241), "{info}");
+
+    mango_answers_as_one_node_does(&members, &single);
+}
+
+/// `_find` queries: every selector × sort × limit/skip × fields, pages
+/// followed by bookmarks on both sides, the same documents in the same
+/// order on every page.
+fn find_queries() -> Vec<Value> {
+    let selectors = [
+        json!({"n": {"$gt": 10}}),
+        json!({"tag": "red"}),
+        json!({"tag": {"$in": ["blue", "green"]}, "n": {"$lt": 30}}),
+        json!({"$or": [{"tag": "red"}, {"n": {"$gte": 45}}]}),
+        json!({"k": {"$type": "string"}}),
+        json!({"_id": {"$gt": "d5"}}),
+        json!({"when.0": 2021}),
+    ];
+    let shapes = [
+        json!({}),
+        json!({"sort": [{"n": "asc"}]}),
+        json!({"sort": [{"n": "desc"}], "limit": 7}),
+        json!({"limit": 9, "skip": 4}),
+        json!({"fields": ["_id", "n", "when.1"], "limit": 11}),
+        json!({"sort": [{"tag": "asc"}, {"n": "asc"}], "limit": 13, "fields": ["tag"]}),
+        json!({"use_index": "_design/by_n", "limit": 10}),
+        json!({"sort": [{"_id": "desc"}], "limit": 6}),
+    ];
+    let mut out = Vec::new();
+    for sel in &selectors {
+        for shape in &shapes {
+            let mut q = shape.clone();
+            q["selector"] = sel.clone();
+            out.push(q);
+        }
+    }
+    out
+}
+
+fn mango_answers_as_one_node_does(members: &[Server], single: &Server) {
+    for def in [
+        json!({"index": {"fields": ["n"]}, "ddoc": "by_n", "name": "n"}),
+        json!({"index": {"fields": ["tag", "n"]}, "ddoc": "by_tag", "name": "tag_n"}),
+    ] {
+        let a = members[0].admin("POST", "/db/_index", Some(&def.to_string()));
+        let b = single.admin("POST", "/db/_index", Some(&def.to_string()));
+        assert_eq!((a.status, a.json()), (b.status, b.json()), "{def}");
+    }
+    let list = |s: &Server| s.admin("GET", "/db/_index", None).json();
+    assert_eq!(list(&members[1]), list(single));
+    let (mut pages, mut docs) = (0, 0);
+    for (i, q) in find_queries().into_iter().enumerate() {
+        let m = &members[i % 3];
+        let (mut qa, mut qb) = (q.clone(), q.clone());
+        // At most 40 pages each: every query's result is smaller.
+        for page in 0..40 {
+            let a = m.admin("POST", "/db/_find", Some(&qa.to_string()));
+            let b = single.admin("POST", "/db/_find", Some(&qb.to_string()));
+            assert_eq!(a.status, b.status, "{qa}: {} vs {}", a.body, b.body);
+            let (ja, jb) = (a.json(), b.json());
+            assert_eq!(ja["docs"], jb["docs"], "{q} page {page}");
+            // The scan ratio's warning is the shards' examined documents'
+            // (more than one node reads); the plan's warnings are equal.
+            let plan_warnings = |v: &Value| -> Vec<String> {
+                v["warning"]
+                    .as_str()
+                    .unwrap_or("")
+                    .split('\n')
+                    .filter(|l| !l.is_empty() && !l.starts_with("The number of documents examined"))
+                    .map(str::to_string)
+                    .collect()
+            };
+            assert_eq!(plan_warnings(&ja), plan_warnings(&jb), "{q} page {page}");
+            pages += 1;
+            let n = jb["docs"].as_array().map_or(0, Vec::len);
+            docs += n;
+            if n == 0 || a.status != 200 {
+                break;
+            }
+            qa["bookmark"] = ja["bookmark"].clone();
+            qb["bookmark"] = jb["bookmark"].clone();
+        }
+    }
+    assert!(
+        pages > 100 && docs > 1000,
+        "{pages} pages, {docs} documents"
+    );
+
+    // execution_stats: what was returned is the same.
+    let q = json!({"selector": {"n": {"$gt": 5}}, "execution_stats": true, "limit": 30});
+    let a = members[2]
+        .admin("POST", "/db/_find", Some(&q.to_string()))
+        .json();
+    let b = single
+        .admin("POST", "/db/_find", Some(&q.to_string()))
+        .json();
+    assert_eq!(
+        a["execution_stats"]["results_returned"], b["execution_stats"]["results_returned"],
+        "{a} {b}"
+    );
+    // _explain names the index a single node would use, and the database.
+    let e = json!({"selector": {"tag": "red"}, "sort": [{"tag": "asc"}]});
+    let a = members[0]
+        .admin("POST", "/db/_explain", Some(&e.to_string()))
+        .json();
+    let b = single
+        .admin("POST", "/db/_explain", Some(&e.to_string()))
+        .json();
+    assert_eq!(
+        (&a["index"], &a["dbname"]),
+        (&b["index"], &b["dbname"]),
+        "{a}"
+    );
+    // Refusals are a single node's.
+    for bad in [
+        json!({"selector": 1}),
+        json!({"selector": {"n": 1}, "sort": [{"nope": "asc"}]}),
+        json!({"selector": {"n": 1}, "bookmark": "garbage"}),
+        json!({"selector": {"n": 1}, "limit": -1}),
+    ] {
+        let a = members[1].admin("POST", "/db/_find", Some(&bad.to_string()));
+        let b = single.admin("POST", "/db/_find", Some(&bad.to_string()));
+        assert_eq!((a.status, a.json()), (b.status, b.json()), "{bad}");
+    }
+    // An index deleted is gone from every shard.
+    let p = "/db/_index/_design/by_tag/json/tag_n";
+    let a = members[2].admin("DELETE", p, None);
+    let b = single.admin("DELETE", p, None);
+    assert_eq!((a.status, a.json()), (b.status, b.json()), "{p}");
+    assert_eq!(list(&members[0]), list(single));
+    let q = json!({"selector": {"tag": "red"}, "sort": [{"tag": "asc"}, {"n": "asc"}]});
+    let a = members[1].admin("POST", "/db/_find", Some(&q.to_string()));
+    let b = single.admin("POST", "/db/_find", Some(&q.to_string()));
+    assert_eq!(
+        (a.status, a.json()),
+        (b.status, b.json()),
+        "{q} after the index went"
+    );
 }

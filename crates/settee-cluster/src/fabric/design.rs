@@ -90,12 +90,9 @@ fn segments(id: &str) -> Vec<String> {
     }
 }
 
-/// Every leaf of `id` on the live copies of its home shard (each leaf
+/// Every leaf of `id` on the live copies of shard `home` (each leaf
 /// once, with its history and attachments).
-async fn leaves(c: &Arc<Coordinator>, map: &Arc<ShardMap>, id: &str) -> Vec<Value> {
-    let Some((home, _)) = map.shard_of(id) else {
-        return Vec::new();
-    };
+async fn leaves(c: &Arc<Coordinator>, map: &Arc<ShardMap>, id: &str, home: Range) -> Vec<Value> {
     let mut headers = HeaderMap::new();
     headers.insert(
         http::header::ACCEPT,
@@ -133,14 +130,20 @@ async fn leaves(c: &Arc<Coordinator>, map: &Arc<ShardMap>, id: &str) -> Vec<Valu
 /// Copies design document `id` from its home shard to every copy of every
 /// other shard (see the module doc); true when every live copy took it.
 pub async fn spread(c: &Arc<Coordinator>, map: &Arc<ShardMap>, id: &str) -> bool {
-    let docs = leaves(c, map, id).await;
+    match map.shard_of(id) {
+        Some((home, _)) => spread_from(c, map, id, home).await,
+        None => false,
+    }
+}
+
+/// [`spread`] from shard `home` (a design document written on another
+/// shard than its home is spread from there, its home among the others).
+pub async fn spread_from(c: &Arc<Coordinator>, map: &Arc<ShardMap>, id: &str, home: Range) -> bool {
+    let docs = leaves(c, map, id, home).await;
     if docs.is_empty() {
         c.spread_cache().forget(&map.db, id);
         return false;
     }
-    let Some((home, _)) = map.shard_of(id) else {
-        return false;
-    };
     let call = Call::json(
         Method::POST,
         &["_bulk_docs"],

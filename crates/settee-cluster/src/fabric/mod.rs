@@ -16,6 +16,7 @@
 //!   one copy of each shard in id order.
 //! - [`design`]: design documents kept on every shard.
 //! - [`views`]: view queries, merged (and reduced) from every shard.
+//! - [`mango`]: `_find` merged from every shard, `_explain`, `_index`.
 //! - [`dbs`]: a database's information, `_shards`, `_sync_shards`,
 //!   `_security`. (Creation and deletion are the HTTP layer's, through
 //!   [`Coordinator::create_db`] and [`Coordinator::delete_db`], so its one
@@ -36,6 +37,7 @@ pub mod design;
 pub mod docs;
 pub mod ids;
 pub mod listing;
+pub mod mango;
 pub mod views;
 
 use std::sync::Arc;
@@ -157,6 +159,9 @@ pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
         [_, "_revs_diff"] => ids::by_id_object(&c, &req, "_revs_diff").await,
         [_, "_missing_revs"] => ids::by_id_object(&c, &req, "_missing_revs").await,
         [_, "_changes"] => changes::changes(&c, &req).await,
+        [_, "_find"] => mango::find(&c, &req).await,
+        [_, "_explain"] => mango::explain(&c, &req).await,
+        [_, "_index", ..] => mango::index(&c, &req).await,
         [_, "_all_docs"] => listing::list(&c, &req, listing::Kind::All).await,
         [_, "_design_docs"] => listing::list(&c, &req, listing::Kind::Design).await,
         [_, "_local_docs"] => listing::list(&c, &req, listing::Kind::Local).await,
