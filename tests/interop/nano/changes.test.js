@@ -11,7 +11,11 @@ import { nano, freshDb, corpus, withTimeout } from './helpers.js';
 
 const N = 250;
 
-/** Collects a ChangesReader's events until 'end' (or a `stopWhen` change, then stops it). */
+/**
+ * Collects a ChangesReader's events until 'end' (or a `stopWhen` change, then
+ * stops it). `finished(ms, what)` waits for the end at most `ms`, and stops
+ * the reader whatever happens (so a failing test leaves no poller behind).
+ */
 function collect(reader, ee, { stopWhen } = {}) {
   const changes = [];
   const batches = [];
@@ -27,7 +31,8 @@ function collect(reader, ee, { stopWhen } = {}) {
     ee.on('error', (e) => errors.push(e));
     ee.on('end', (since) => resolve(since));
   });
-  return { changes, batches, seqs, errors, done };
+  const finished = (ms, what) => withTimeout(done, ms, what).finally(() => reader.stop());
+  return { changes, batches, seqs, errors, done, finished };
 }
 
 describe('changes', () => {
@@ -98,7 +103,7 @@ describe('changes', () => {
     const handle = nano.use(name);
     const ee = handle.changesReader.get({ since: '0', batchSize: 100, timeout: 5000 });
     const got = collect(handle.changesReader, ee);
-    const since = await withTimeout(got.done, 30000, 'ChangesReader.get to end');
+    const since = await got.finished(30000, 'ChangesReader.get to end');
     assert.deepEqual(got.errors, []);
     const ids = new Set(got.changes.map((c) => c.id));
     assert.equal(ids.size, N + 1); // the corpus and late1
@@ -116,7 +121,7 @@ describe('changes', () => {
     });
     await new Promise((r) => setTimeout(r, 500));
     for (const id of want) await db.insert({ live: true }, id);
-    await withTimeout(got.done, 30000, 'the live changes');
+    await got.finished(30000, 'the live changes');
     assert.deepEqual(got.errors, []);
     assert.deepEqual(got.changes.map((c) => c.id).sort(), want);
   });
@@ -127,7 +132,7 @@ describe('changes', () => {
       since: '0', timeout: 5000, includeDocs: true, selector: { group: 'g3', n: { $lt: 30 } },
     });
     const got = collect(handle.changesReader, ee, { stopWhen: (changes) => changes.length >= 6 });
-    await withTimeout(got.done, 30000, 'the filtered changes');
+    await got.finished(30000, 'the filtered changes');
     assert.deepEqual(got.errors, []);
     assert.deepEqual(got.changes.map((c) => c.id).sort(), ['d003', 'd008', 'd013', 'd018', 'd023', 'd028']);
     for (const c of got.changes) assert.equal(c.doc.group, 'g3');
@@ -137,7 +142,7 @@ describe('changes', () => {
     const handle = nano.use(name);
     const ee = handle.changesReader.spool({ since: '0', batchSize: 50 });
     const got = collect(handle.changesReader, ee);
-    const lastSeq = await withTimeout(got.done, 30000, 'the spool to end');
+    const lastSeq = await got.finished(30000, 'the spool to end');
     assert.deepEqual(got.errors, []);
     // The batches carry every change; the reader reports the feed's last_seq.
     const batched = got.batches.reduce((a, b) => a + b, 0);
