@@ -114,6 +114,7 @@ describe('attachments', () => {
 
     // Stale revision and missing attachment.
     await rejectsWith(db.attachment.insert('pic', 'x.bin', image, PNG, { rev: res.rev }), 409, 'conflict', 'Document update conflict.');
+    // (nano reads attachments as bytes, errors too: only the status reaches its Error.)
     await rejectsWith(db.attachment.get('pic', 'nope.txt'), 404);
     await rejectsWith(db.attachment.get('nodoc', 'nope.txt'), 404);
 

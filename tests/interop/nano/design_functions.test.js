@@ -108,6 +108,6 @@ describe('design functions', () => {
   test('compaction requests are accepted', async () => {
     assert.deepEqual(await db.compact(), { ok: true });
     assert.deepEqual(await db.view.compact('shop'), { ok: true });
-    await rejectsWith(db.view.compact('nope'), 404, 'not_found');
+    await rejectsWith(db.view.compact('nope'), 404, 'not_found', 'missing');
   });
 });
