@@ -88,6 +88,9 @@ fn design() -> Value {
                 "options": {"collation": "raw"}
             },
             "linked": {"map": "function(d){ emit(d.n, {_id: d.link}); }"}
+        },
+        "shows": {
+            "s": "function(doc, req){ return {body: doc ? doc._id + ':' + doc.n : 'none'}; }"
         }
     })
 }
@@ -290,7 +293,48 @@ fn view_queries_answer_as_one_node_does() {
     let info = members[2].admin("GET", "/db", None).json();
     assert_eq!(info["doc_count"], json!(241), "{info}");
 
+    design_endpoints_answer_as_one_node_does(&members, &single);
     mango_answers_as_one_node_does(&members, &single);
+}
+
+/// `_info`, `_show`, `_view_cleanup`, `_compact/{ddoc}`.
+fn design_endpoints_answer_as_one_node_does(members: &[Server], single: &Server) {
+    let a = members[0].admin("GET", "/db/_design/q/_info", None).json();
+    let b = single.admin("GET", "/db/_design/q/_info", None).json();
+    assert_eq!(a["name"], b["name"], "{a}");
+    assert_eq!(
+        a["view_index"]["signature"], b["view_index"]["signature"],
+        "{a}"
+    );
+    assert!(a["view_index"]["sizes"]["file"].is_u64(), "{a}");
+    assert!(a["view_index"]["update_seq"].is_string(), "{a}");
+    let ids: Vec<String> = single.admin("GET", "/db/_all_docs?limit=30", None).json()["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_string())
+        .collect();
+    for (i, id) in ids.iter().chain([&"missing".to_string()]).enumerate() {
+        let p = format!("/db/_design/q/_show/s/{id}");
+        let (a, b) = (
+            members[i % 3].admin("GET", &p, None),
+            single.admin("GET", &p, None),
+        );
+        assert_eq!((a.status, &a.body), (b.status, &b.body), "{p}");
+    }
+    let p = "/db/_design/q/_show/s";
+    let (a, b) = (
+        members[1].admin("GET", p, None),
+        single.admin("GET", p, None),
+    );
+    assert_eq!((a.status, &a.body), (b.status, &b.body), "{p}");
+    for p in ["/db/_view_cleanup", "/db/_compact/q", "/db/_compact"] {
+        let (a, b) = (
+            members[2].admin("POST", p, Some("{}")),
+            single.admin("POST", p, Some("{}")),
+        );
+        assert_eq!((a.status, a.json()), (b.status, b.json()), "{p}");
+    }
 }
 
 /// `_find` queries: every selector × sort × limit/skip × fields, pages

@@ -213,26 +213,25 @@ pub async fn security(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricRespon
     if req.method != Method::PUT {
         return first_range(c, req, &map).await;
     }
-    every_copy_of(c, req, &map, "_security").await
+    every_copy_of(c, req, &map).await
 }
 
 /// A request every copy of every shard must see (`_ensure_full_commit`).
-pub async fn every_copy(c: &Arc<Coordinator>, req: &FabricRequest, what: &str) -> FabricResponse {
+pub async fn every_copy(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
     let Some(map) = c.map_of(&req.segments[0]).await else {
         return no_db();
     };
-    every_copy_of(c, req, &map, what).await
+    every_copy_of(c, req, &map).await
 }
 
 async fn every_copy_of(
     c: &Arc<Coordinator>,
     req: &FabricRequest,
     map: &Arc<ShardMap>,
-    what: &str,
 ) -> FabricResponse {
     let call = Call::relay(
         req.method.clone(),
-        &[what.to_string()],
+        &req.segments[1..],
         &req.query,
         &req.headers,
         req.body.clone(),

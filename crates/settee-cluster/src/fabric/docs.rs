@@ -202,3 +202,29 @@ pub fn new_id() -> String {
     rand::rng().fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// A read about document `id` answered by one live copy of its home shard
+/// as it is (a `_show` of it: the shard holds the design document too).
+pub async fn on_home(c: &Arc<Coordinator>, req: &FabricRequest, id: &str) -> FabricResponse {
+    let Some(map) = c.map_of(&req.segments[0]).await else {
+        return super::dbs::no_db();
+    };
+    let Some((range, _)) = map.shard_of(id) else {
+        return super::dbs::first_range(c, req, &map).await;
+    };
+    let call = Call::relay(
+        req.method.clone(),
+        &req.segments[1..],
+        &req.query,
+        &req.headers,
+        req.body.clone(),
+    );
+    match c
+        .fan_out(&map, range, call, &req.user, 1, false)
+        .await
+        .best()
+    {
+        Some(a) => a.clone().into_response(),
+        None => FabricResponse::unavailable("no copy of the document's shard is reachable"),
+    }
+}

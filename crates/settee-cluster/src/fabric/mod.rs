@@ -165,12 +165,24 @@ pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
         [_, "_all_docs"] => listing::list(&c, &req, listing::Kind::All).await,
         [_, "_design_docs"] => listing::list(&c, &req, listing::Kind::Design).await,
         [_, "_local_docs"] => listing::list(&c, &req, listing::Kind::Local).await,
-        [_, "_ensure_full_commit"] => dbs::every_copy(&c, &req, "_ensure_full_commit").await,
+        [_, "_ensure_full_commit" | "_view_cleanup"] | [_, "_compact", ..] => {
+            dbs::every_copy(&c, &req).await
+        }
         [_, "_local", id] => docs::doc(&c, &req, &format!("_local/{id}")).await,
+        [_, "_design", d, "_info"] => views::info(&c, &req, d).await,
         [_, "_design", name] | [_, "_design", name, _] => {
             docs::doc(&c, &req, &format!("_design/{name}")).await
         }
         [_, "_design", d, "_view", v] => views::view(&c, &req, d, v).await,
+        [_, "_design", _, "_show", _, id @ ..] if !id.is_empty() => {
+            docs::on_home(&c, &req, &id.join("/")).await
+        }
+        [_, "_design", _, "_show", _] => {
+            let Some(map) = c.map_of(&req.segments[0]).await else {
+                return dbs::no_db();
+            };
+            dbs::first_range(&c, &req, &map).await
+        }
         [_, "_design", _, endpoint, ..] => {
             FabricResponse::not_implemented(&format!("_design/{{ddoc}}/{endpoint}"))
         }

@@ -186,6 +186,75 @@ pub async fn view(
     FabricResponse::json(StatusCode::OK, &Value::Object(out))
 }
 
+/// `GET /db/_design/{ddoc}/_info`: one copy of every shard's, summed
+/// (sizes, pending updates, waiting clients), running when any runs, the
+/// update sequence opaque.
+pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest, ddoc_name: &str) -> FabricResponse {
+    let Some(map) = c.map_of(&req.segments[0]).await else {
+        return super::dbs::no_db();
+    };
+    if !matches!(req.method, Method::GET | Method::HEAD) {
+        return super::dbs::method_not_allowed("GET");
+    }
+    let ddoc_id = format!("_design/{ddoc_name}");
+    if let Err(e) = super::design::current(c, &map, &ddoc_id, &req.user).await {
+        return e;
+    }
+    let call = Call::relay(
+        Method::GET,
+        &req.segments[1..],
+        &req.query,
+        &req.headers,
+        bytes::Bytes::new(),
+    );
+    let ranges = map.ranges();
+    let asks = ranges.iter().map(|&range| {
+        let (c, map, call, user) = (
+            Arc::clone(c),
+            Arc::clone(&map),
+            call.clone(),
+            req.user.clone(),
+        );
+        async move { c.fan_out(&map, range, call, &user, 1, false).await }
+    });
+    let got = futures_util::future::join_all(asks).await;
+    let mut first: Option<Value> = None;
+    let (mut sizes, mut pending, mut waiting) = ([0u64; 3], 0u64, 0u64);
+    let (mut running, mut compacting) = (false, false);
+    let mut seqs = Vec::new();
+    for (g, &range) in got.iter().zip(&ranges) {
+        let a = match g.best() {
+            Some(a) if a.ok() => a,
+            Some(a) => return a.clone().into_response(),
+            None => return FabricResponse::unavailable("no copy of a shard is reachable"),
+        };
+        let v = a.json();
+        let vi = &v["view_index"];
+        for (k, name) in ["file", "external", "active"].iter().enumerate() {
+            sizes[k] += vi["sizes"][name].as_u64().unwrap_or(0);
+        }
+        pending += vi["updates_pending"]["total"].as_u64().unwrap_or(0);
+        waiting += vi["waiting_clients"].as_u64().unwrap_or(0);
+        running |= vi["updater_running"] == Value::Bool(true);
+        compacting |= vi["compact_running"] == Value::Bool(true);
+        seqs.push(ShardSeq {
+            range,
+            node: a.node.clone(),
+            seq: crate::seq::number(&vi["update_seq"]),
+        });
+        first.get_or_insert(v);
+    }
+    let mut out = first.unwrap_or_else(|| json!({"name": ddoc_name, "view_index": {}}));
+    let vi = &mut out["view_index"];
+    vi["sizes"] = json!({"file": sizes[0], "external": sizes[1], "active": sizes[2]});
+    vi["updates_pending"] = json!({"minimum": pending, "preferred": pending, "total": pending});
+    vi["waiting_clients"] = json!(waiting);
+    vi["updater_running"] = json!(running);
+    vi["compact_running"] = json!(compacting);
+    vi["update_seq"] = json!(encode(&seqs));
+    FabricResponse::json(StatusCode::OK, &out)
+}
+
 /// The query each shard answers: the client's, reading from the start of
 /// the window (no `skip`, `skip + limit` rows).
 fn shard_call(req: &FabricRequest, body: Option<&Map<String, Value>>, args: &ViewArgs) -> Call {
