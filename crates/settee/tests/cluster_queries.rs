@@ -295,6 +295,8 @@ fn view_queries_answer_as_one_node_does() {
 
     design_endpoints_answer_as_one_node_does(&members, &single);
     mango_answers_as_one_node_does(&members, &single);
+    // Last: it writes to the clustered database only.
+    live_changes_stream_from_every_shard(&members);
 }
 
 /// `_info`, `_show`, `_view_cleanup`, `_compact/{ddoc}`.
@@ -470,4 +472,104 @@ fn mango_answers_as_one_node_does(members: &[Server], single: &Server) {
         (b.status, b.json()),
         "{q} after the index went"
     );
+}
+
+/// `feed=continuous` and `feed=eventsource` on the clustered database:
+/// rows written during the feed through another member arrive, one line
+/// each, with opaque sequences; heartbeats keep it open; `limit` and
+/// `timeout` end it with the `last_seq` line.
+fn live_changes_stream_from_every_shard(members: &[Server]) {
+    let write_later = |m: &Server, ids: Vec<String>| {
+        let url = m.url("/db/_bulk_docs");
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            let docs: Vec<Value> = ids
+                .iter()
+                .map(|id| json!({"_id": id, "live": true}))
+                .collect();
+            let r = common::call(
+                &common::agent(),
+                "POST",
+                &url,
+                Some(common::ADMIN),
+                &[("Content-Type", "application/json")],
+                Some(json!({"docs": docs}).to_string().as_bytes()),
+            );
+            assert_eq!(r.status, 201, "{r:?}");
+        })
+    };
+    // Three rows, then the timeout's end.
+    let ids: Vec<String> = (0..3).map(|i| format!("live-a{i}")).collect();
+    let w = write_later(&members[1], ids.clone());
+    let r = members[0].admin(
+        "GET",
+        "/db/_changes?feed=continuous&since=now&timeout=2500",
+        None,
+    );
+    w.join().expect("writer");
+    assert_eq!(r.status, 200, "{r:?}");
+    let lines: Vec<Value> = r
+        .body
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let got: Vec<&str> = lines.iter().filter_map(|l| l["id"].as_str()).collect();
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids, "{}", r.body);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.get("id").is_none() || l["seq"].is_string()),
+        "{}",
+        r.body
+    );
+    let end = lines.last().expect("last line");
+    assert!(
+        end["last_seq"].is_string() && end.get("id").is_none(),
+        "{}",
+        r.body
+    );
+    // The last sequence resumes after them: nothing more.
+    let since = end["last_seq"].as_str().expect("seq");
+    let after = members[2]
+        .admin("GET", &format!("/db/_changes?since={since}"), None)
+        .json();
+    assert_eq!(after["results"], json!([]), "{after}");
+
+    // Heartbeats while waiting; the limit ends the feed.
+    let w = write_later(&members[2], vec!["live-b0".into(), "live-b1".into()]);
+    let r = members[1].admin(
+        "GET",
+        "/db/_changes?feed=continuous&since=now&heartbeat=100&limit=1",
+        None,
+    );
+    w.join().expect("writer");
+    assert!(r.body.starts_with('\n'), "a heartbeat first: {:?}", r.body);
+    let rows: Vec<&str> = r.body.lines().filter(|l| l.contains("live-b")).collect();
+    assert_eq!(rows.len(), 1, "{:?}", r.body);
+    assert!(
+        r.body.trim_end().ends_with('}') && r.body.contains("last_seq"),
+        "{:?}",
+        r.body
+    );
+
+    // eventsource: data/id events.
+    let w = write_later(&members[0], vec!["live-c0".into()]);
+    let r = members[2].admin(
+        "GET",
+        "/db/_changes?feed=eventsource&since=now&timeout=1500",
+        None,
+    );
+    w.join().expect("writer");
+    assert_eq!(r.header("content-type"), Some("text/event-stream"), "{r:?}");
+    assert!(
+        r.body.contains("data: {") && r.body.contains("live-c0") && r.body.contains("\nid: "),
+        "{:?}",
+        r.body
+    );
+    // A bad heartbeat is a single node's 400.
+    let r = members[0].admin("GET", "/db/_changes?feed=continuous&heartbeat=x", None);
+    assert_eq!(r.status, 400, "{r:?}");
 }

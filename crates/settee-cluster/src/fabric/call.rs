@@ -178,6 +178,7 @@ impl Answer {
             status: self.status,
             headers,
             body: self.body,
+            stream: None,
         }
     }
 }

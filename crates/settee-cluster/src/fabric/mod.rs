@@ -103,6 +103,30 @@ pub struct FabricResponse {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// A body sent as it is made (a live feed), after `body`.
+    pub stream: Option<BodyStream>,
+}
+
+/// The chunks of a body sent as they come; the sender ends it (and learns
+/// the client went away when a send fails).
+#[derive(Clone)]
+pub struct BodyStream(Arc<parking_lot::Mutex<Option<tokio::sync::mpsc::Receiver<Bytes>>>>);
+
+impl BodyStream {
+    pub fn new(rx: tokio::sync::mpsc::Receiver<Bytes>) -> BodyStream {
+        BodyStream(Arc::new(parking_lot::Mutex::new(Some(rx))))
+    }
+
+    /// The receiver (once).
+    pub fn take(&self) -> Option<tokio::sync::mpsc::Receiver<Bytes>> {
+        self.0.lock().take()
+    }
+}
+
+impl std::fmt::Debug for BodyStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BodyStream")
+    }
 }
 
 impl FabricResponse {
@@ -119,6 +143,7 @@ impl FabricResponse {
             status,
             headers,
             body: Bytes::from(body),
+            stream: None,
         }
     }
 

@@ -78,7 +78,21 @@ pub async fn handle(c: &Arc<Coordinator>, req: &mut Req, segs: &[String]) -> Api
         },
     };
     let answer = c.handle(fr).await;
-    let mut resp = Response::new(Body::from(answer.body));
+    let body = match answer.stream.as_ref().and_then(|s| s.take()) {
+        None => Body::from(answer.body),
+        Some(rx) => {
+            let first = answer.body;
+            let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+            });
+            let head =
+                futures_util::stream::iter(
+                    (!first.is_empty()).then_some(Ok::<_, std::io::Error>(first)),
+                );
+            Body::from_stream(futures_util::StreamExt::chain(head, chunks))
+        }
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
     Ok(resp)

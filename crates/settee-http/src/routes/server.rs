@@ -24,6 +24,10 @@ pub const COUCHDB_VERSION: &str = "3.4.3";
 
 const GET: &[Method] = &[Method::GET, Method::HEAD];
 
+/// The `features` of `GET /`, in CouchDB's order: partitioned databases
+/// and the replication scheduler.
+pub const FEATURES: [&str; 2] = ["partitioned", "scheduler"];
+
 pub fn welcome(app: &App, req: &Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
     Ok(json_value(
@@ -33,7 +37,9 @@ pub fn welcome(app: &App, req: &Req) -> ApiResult<Response> {
             "version": COUCHDB_VERSION,
             "git_sha": "settee",
             "uuid": app.server_uuid,
-            "features": [],
+            // What CouchDB 3.4 lists that Settee has (not `access-ready`,
+            // `pluggable-storage-engines` nor `reshard`).
+            "features": FEATURES,
             "vendor": {"name": "Settee", "version": env!("CARGO_PKG_VERSION")},
         }),
     ))
