@@ -220,6 +220,29 @@ fn view_queries_answer_as_one_node_does() {
     let info = members[1].admin("GET", "/db", None).json();
     let info1 = single.admin("GET", "/db", None).json();
     assert_eq!(info["doc_count"], info1["doc_count"], "{info} vs {info1}");
+    // Each shard copy says how many of its design documents live elsewhere
+    // (the coordinator's sums leave those out without asking again): one
+    // design document, q=4 shards, so three copies away from home.
+    let secret = cluster_support::secret(&etcd);
+    let suffix = cluster_support::suffix(&members[0], "db");
+    let mut foreign = 0;
+    for (range, nodes) in cluster_support::copies(&members[0], "db") {
+        let at = names.iter().position(|n| *n == nodes[0]).expect("a member");
+        let shard = format!("shards/{range}/db{suffix}").replace('/', "%2F");
+        let r = members[at].raw(
+            "GET",
+            &format!("/{shard}/_all_docs?limit=0"),
+            false,
+            &[("X-Settee-Cluster-Secret", &secret)],
+            None,
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        foreign += r
+            .header("x-settee-foreign-designs")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no count: {r:?}"));
+    }
+    assert_eq!(foreign, 3);
     let ch = members[2]
         .admin("GET", "/db/_changes?filter=_design", None)
         .json();

@@ -85,7 +85,8 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
     let (mut update, mut purge) = (Vec::new(), Vec::new());
     let mut compacting = false;
     let mut first: Option<Map<String, Value>> = None;
-    for (range, g) in got {
+    for (range, g) in &got {
+        let range = *range;
         let a = match g.best() {
             Some(a) if a.ok() => a,
             Some(a) => return a.clone().into_response(),
@@ -121,7 +122,9 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
     out.insert("update_seq".into(), json!(encode(&update)));
     out.insert("purge_seq".into(), json!(encode(&purge)));
     // Design documents' copies away from home are not documents of theirs.
-    let docs = docs.saturating_sub(super::design::foreign_count(c, &map, &req.user).await);
+    let answers: Vec<&super::call::Answer> = got.iter().filter_map(|(_, g)| g.best()).collect();
+    let foreign = super::design::foreign_in(c, &map, &req.user, &answers).await;
+    let docs = docs.saturating_sub(foreign);
     out.insert("doc_count".into(), json!(docs));
     out.insert("doc_del_count".into(), json!(deleted));
     out.insert(

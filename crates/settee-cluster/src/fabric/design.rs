@@ -230,6 +230,30 @@ pub async fn after_write(c: &Arc<Coordinator>, map: &Arc<ShardMap>, ids: &[Strin
     futures_util::future::join_all(each).await;
 }
 
+/// How many design documents' copies away from home the shards hold, from
+/// the answers of one copy of each shard when every one said
+/// ([`super::FOREIGN_DESIGNS_HEADER`]), else by asking each shard.
+pub async fn foreign_in(
+    c: &Arc<Coordinator>,
+    map: &Arc<ShardMap>,
+    user: &User,
+    answers: &[&super::call::Answer],
+) -> u64 {
+    let said: Option<u64> = answers
+        .iter()
+        .map(|a| {
+            a.headers
+                .get(super::FOREIGN_DESIGNS_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum();
+    match said {
+        Some(n) if answers.len() == map.q() => n,
+        _ => foreign_count(c, map, user).await,
+    }
+}
+
 /// How many design documents' copies away from home the shards hold (one
 /// copy of each shard asked): what sums of the shards' counts leave out.
 pub async fn foreign_count(c: &Arc<Coordinator>, map: &Arc<ShardMap>, user: &User) -> u64 {

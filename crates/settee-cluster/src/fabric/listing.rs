@@ -120,7 +120,9 @@ pub async fn list(c: &Arc<Coordinator>, req: &FabricRequest, kind: Kind) -> Fabr
     }
     let mut total: u64 = pages.iter().filter_map(|p| p["total_rows"].as_u64()).sum();
     if kind != Kind::Local {
-        total = total.saturating_sub(super::design::foreign_count(c, &map, &req.user).await);
+        let answers: Vec<&super::call::Answer> = got.iter().filter_map(|g| g.best()).collect();
+        let foreign = super::design::foreign_in(c, &map, &req.user, &answers).await;
+        total = total.saturating_sub(foreign);
     }
     let offset: u64 = pages.iter().filter_map(|p| p["offset"].as_u64()).sum();
     let rows_of = |p: &Value| p["rows"].as_array().cloned().unwrap_or_default();

@@ -51,6 +51,10 @@ use crate::coordinator::Coordinator;
 /// The header that carries the cluster's secret on a node's request to
 /// another node.
 pub const SECRET_HEADER: &str = "x-settee-cluster-secret";
+/// The header a shard copy's information, `_all_docs` and `_design_docs`
+/// answers carry for the cluster: how many of its design documents are
+/// copies whose home is another shard (see [`design`]).
+pub const FOREIGN_DESIGNS_HEADER: &str = "x-settee-foreign-designs";
 /// The header that names (as JSON `{"name","roles"}`) the user a node's
 /// request to another node is made for.
 pub const USER_HEADER: &str = "x-settee-cluster-user";

@@ -56,6 +56,52 @@ impl settee_cluster::fabric::views::Rereduce for Rereducer {
     }
 }
 
+/// On a shard copy's answer to the cluster (its information, `_all_docs`,
+/// `_design_docs`): how many of its design documents are copies whose home
+/// is another shard ([`settee_cluster::fabric::FOREIGN_DESIGNS_HEADER`]),
+/// so the coordinator's sums leave them out without asking again.
+pub fn mark_foreign(
+    app: &crate::state::App,
+    req: &Req,
+    name: &str,
+    answer: ApiResult<Response>,
+) -> ApiResult<Response> {
+    let mut resp = answer?;
+    if !req.internal || !resp.status().is_success() {
+        return Ok(resp);
+    }
+    let Some((range, _, _)) = settee_cluster::layout::parse_shard_name(name) else {
+        return Ok(resp);
+    };
+    let Ok(db) = app.db(name) else {
+        return Ok(resp);
+    };
+    let Ok(reader) = db.reader() else {
+        return Ok(resp);
+    };
+    let designs = settee_db::IdRange {
+        start: Some("_design/".into()),
+        end: Some("_design0".into()),
+        inclusive_end: false,
+        ..settee_db::IdRange::default()
+    };
+    let partitioned = db.partitioned();
+    let mut foreign = 0u64;
+    let counted = reader.all_docs(&designs, false, false, &mut |row| {
+        if !range.contains(settee_cluster::layout::doc_hash(&row.id, partitioned)) {
+            foreign += 1;
+        }
+        true
+    });
+    if counted.is_ok() {
+        resp.headers_mut().insert(
+            settee_cluster::fabric::FOREIGN_DESIGNS_HEADER,
+            axum::http::HeaderValue::from(foreign),
+        );
+    }
+    Ok(resp)
+}
+
 /// A request for clustered database `segs[0]`.
 pub async fn handle(c: &Arc<Coordinator>, req: &mut Req, segs: &[String]) -> ApiResult<Response> {
     let name = segs[0].as_str();

@@ -139,9 +139,18 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         {
             Err(ApiError::not_found("Database does not exist."))
         }
-        [db] => db::db(app, req, db).await,
-        [db, "_all_docs"] => all_docs::handle(app, req, db, all_docs::Kind::All).await,
-        [db, "_design_docs"] => all_docs::handle(app, req, db, all_docs::Kind::Design).await,
+        [db] => {
+            let r = db::db(app, req, db).await;
+            cluster::mark_foreign(app, req, db, r)
+        }
+        [db, "_all_docs"] => {
+            let r = all_docs::handle(app, req, db, all_docs::Kind::All).await;
+            cluster::mark_foreign(app, req, db, r)
+        }
+        [db, "_design_docs"] => {
+            let r = all_docs::handle(app, req, db, all_docs::Kind::Design).await;
+            cluster::mark_foreign(app, req, db, r)
+        }
         [db, "_local_docs"] => all_docs::handle(app, req, db, all_docs::Kind::Local).await,
         [db, "_all_docs", "queries"] => all_docs::queries(app, req, db, all_docs::Kind::All).await,
         [db, "_design_docs", "queries"] => {
