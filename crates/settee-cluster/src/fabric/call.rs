@@ -106,6 +106,17 @@ impl Call {
         }
     }
 
+    /// The client's whole request (`req`) as it goes to a copy.
+    pub fn of(req: &super::FabricRequest) -> Call {
+        Call::relay(
+            req.method.clone(),
+            &req.segments[1..],
+            &req.query,
+            &req.headers,
+            req.body.clone(),
+        )
+    }
+
     /// A JSON request of the fabric's own.
     pub fn json(
         method: Method,
@@ -349,6 +360,42 @@ impl Coordinator {
             self.sync().schedule_range(self, map, range);
         }
         out
+    }
+}
+
+impl Coordinator {
+    /// Asks one live copy of every shard of `map` (in range order) the
+    /// call `make` gives for it: every shard's successful answer, else the
+    /// first shard's refusal as the client's answer (503 when a shard had
+    /// no copy that answered).
+    pub async fn ask_each_shard(
+        self: &Arc<Self>,
+        map: &Arc<ShardMap>,
+        user: &User,
+        make: impl Fn(usize, Range) -> Call,
+    ) -> Result<Vec<Answer>, super::FabricResponse> {
+        let asks = map.ranges().into_iter().enumerate().map(|(i, range)| {
+            let (c, map, call, user) = (
+                Arc::clone(self),
+                Arc::clone(map),
+                make(i, range),
+                user.clone(),
+            );
+            async move { c.fan_out(&map, range, call, &user, 1, false).await }
+        });
+        let mut out = Vec::new();
+        for got in futures_util::future::join_all(asks).await {
+            match got.best() {
+                Some(a) if a.ok() => out.push(a.clone()),
+                Some(a) => return Err(a.clone().into_response()),
+                None => {
+                    return Err(super::FabricResponse::unavailable(
+                        "no copy of a shard is reachable",
+                    ))
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

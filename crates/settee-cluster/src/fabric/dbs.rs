@@ -47,13 +47,7 @@ pub async fn first_range(
     req: &FabricRequest,
     map: &ShardMap,
 ) -> FabricResponse {
-    let call = Call::relay(
-        req.method.clone(),
-        &req.segments[1..],
-        &req.query,
-        &req.headers,
-        req.body.clone(),
-    );
+    let call = Call::of(req);
     let got = c
         .fan_out(map, map.ranges()[0], call, &req.user, 1, false)
         .await;
@@ -70,28 +64,16 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
         return no_db();
     };
     let call = Call::relay(Method::GET, &[], &[], &req.headers, bytes::Bytes::new());
-    let asks = map.ranges().into_iter().map(|range| {
-        let (c, map, call, user) = (
-            Arc::clone(c),
-            Arc::clone(&map),
-            call.clone(),
-            req.user.clone(),
-        );
-        async move { (range, c.fan_out(&map, range, call, &user, 1, false).await) }
-    });
-    let got = futures_util::future::join_all(asks).await;
+    let answers = match c.ask_each_shard(&map, &req.user, |_, _| call.clone()).await {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let (mut docs, mut deleted) = (0u64, 0u64);
     let (mut file, mut external, mut active) = (0u64, 0u64, 0u64);
     let (mut update, mut purge) = (Vec::new(), Vec::new());
     let mut compacting = false;
     let mut first: Option<Map<String, Value>> = None;
-    for (range, g) in &got {
-        let range = *range;
-        let a = match g.best() {
-            Some(a) if a.ok() => a,
-            Some(a) => return a.clone().into_response(),
-            None => return FabricResponse::unavailable("no copy of a shard is reachable"),
-        };
+    for (a, range) in answers.iter().zip(map.ranges()) {
         let v = a.json();
         let num = |k: &str| v[k].as_u64().unwrap_or(0);
         docs += num("doc_count");
@@ -122,7 +104,6 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
     out.insert("update_seq".into(), json!(encode(&update)));
     out.insert("purge_seq".into(), json!(encode(&purge)));
     // Design documents' copies away from home are not documents of theirs.
-    let answers: Vec<&super::call::Answer> = got.iter().filter_map(|(_, g)| g.best()).collect();
     let foreign = super::design::foreign_in(c, &map, &req.user, &answers).await;
     let docs = docs.saturating_sub(foreign);
     out.insert("doc_count".into(), json!(docs));
@@ -232,13 +213,7 @@ async fn every_copy_of(
     req: &FabricRequest,
     map: &Arc<ShardMap>,
 ) -> FabricResponse {
-    let call = Call::relay(
-        req.method.clone(),
-        &req.segments[1..],
-        &req.query,
-        &req.headers,
-        req.body.clone(),
-    );
+    let call = Call::of(req);
     let asks = map.ranges().into_iter().map(|range| {
         let (c, map, call, user) = (
             Arc::clone(c),

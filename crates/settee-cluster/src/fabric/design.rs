@@ -237,7 +237,7 @@ pub async fn foreign_in(
     c: &Arc<Coordinator>,
     map: &Arc<ShardMap>,
     user: &User,
-    answers: &[&super::call::Answer],
+    answers: &[super::call::Answer],
 ) -> u64 {
     let said: Option<u64> = answers
         .iter()

@@ -38,13 +38,7 @@ pub async fn doc(c: &Arc<Coordinator>, req: &FabricRequest, id: &str) -> FabricR
         );
     };
     let n = nodes.len();
-    let call = Call::relay(
-        req.method.clone(),
-        &req.segments[1..],
-        &req.query,
-        &req.headers,
-        req.body.clone(),
-    );
+    let call = Call::of(req);
     if req.method == Method::GET || req.method == Method::HEAD {
         let r = match copies_param(req, "r", n) {
             Ok(r) => r,
@@ -212,13 +206,7 @@ pub async fn on_home(c: &Arc<Coordinator>, req: &FabricRequest, id: &str) -> Fab
     let Some((range, _)) = map.shard_of(id) else {
         return super::dbs::first_range(c, req, &map).await;
     };
-    let call = Call::relay(
-        req.method.clone(),
-        &req.segments[1..],
-        &req.query,
-        &req.headers,
-        req.body.clone(),
-    );
+    let call = Call::of(req);
     match c
         .fan_out(&map, range, call, &req.user, 1, false)
         .await

@@ -100,27 +100,13 @@ pub async fn list(c: &Arc<Coordinator>, req: &FabricRequest, kind: Kind) -> Fabr
         call.body = bytes::Bytes::from(serde_json::to_vec(&shard_body).unwrap_or_default());
     }
     let ranges = map.ranges();
-    let asks = ranges.iter().map(|&range| {
-        let (c, map, call, user) = (
-            Arc::clone(c),
-            Arc::clone(&map),
-            call.clone(),
-            req.user.clone(),
-        );
-        async move { c.fan_out(&map, range, call, &user, 1, false).await }
-    });
-    let got = futures_util::future::join_all(asks).await;
-    let mut pages = Vec::with_capacity(got.len());
-    for g in &got {
-        match g.best() {
-            Some(a) if a.ok() => pages.push(a.json()),
-            Some(a) => return a.clone().into_response(),
-            None => return FabricResponse::unavailable("no copy of a shard is reachable"),
-        }
-    }
+    let answers = match c.ask_each_shard(&map, &req.user, |_, _| call.clone()).await {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let pages: Vec<Value> = answers.iter().map(|a| a.json()).collect();
     let mut total: u64 = pages.iter().filter_map(|p| p["total_rows"].as_u64()).sum();
     if kind != Kind::Local {
-        let answers: Vec<&super::call::Answer> = got.iter().filter_map(|g| g.best()).collect();
         let foreign = super::design::foreign_in(c, &map, &req.user, &answers).await;
         total = total.saturating_sub(foreign);
     }

@@ -129,30 +129,23 @@ pub async fn find(c: &Arc<Coordinator>, req: &FabricRequest) -> FabricResponse {
         need.dedup();
         shard_body.insert("fields".into(), json!(need));
     }
-    let asks = ranges.iter().enumerate().map(|(i, &range)| {
+    let shard_call = |i: usize, _| {
         let mut b = shard_body.clone();
         match given.as_ref().and_then(|g| g[i].clone()) {
             Some(bm) => b.insert("bookmark".into(), json!(bm)),
             None => b.remove("bookmark"),
         };
-        let call = Call::json(
+        Call::json(
             Method::POST,
             &["_find"],
             req.query.clone(),
             &Value::Object(b),
-        );
-        let (c, map, user) = (Arc::clone(c), Arc::clone(&map), req.user.clone());
-        async move { c.fan_out(&map, range, call, &user, 1, false).await }
-    });
-    let got = futures_util::future::join_all(asks).await;
-    let mut pages = Vec::with_capacity(got.len());
-    for g in &got {
-        match g.best() {
-            Some(a) if a.ok() => pages.push(a.json()),
-            Some(a) => return a.clone().into_response(),
-            None => return FabricResponse::unavailable("no copy of a shard is reachable"),
-        }
-    }
+        )
+    };
+    let pages: Vec<Value> = match c.ask_each_shard(&map, &req.user, shard_call).await {
+        Ok(answers) => answers.iter().map(|a| a.json()).collect(),
+        Err(e) => return e,
+    };
     let window = Window {
         skip,
         limit,
@@ -377,13 +370,7 @@ async fn write_on(
     map: &Arc<ShardMap>,
     range: crate::layout::Range,
 ) -> FabricResponse {
-    let call = Call::relay(
-        req.method.clone(),
-        &req.segments[1..],
-        &req.query,
-        &req.headers,
-        req.body.clone(),
-    );
+    let call = Call::of(req);
     let n = map.by_range.get(&range).map_or(1, Vec::len);
     let w = super::call::quorum(n);
     let got = c.fan_out(map, range, call, &req.user, w, true).await;

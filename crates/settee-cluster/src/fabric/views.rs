@@ -121,33 +121,21 @@ pub async fn view(
     let collation = def.collation;
     let call = shard_call(req, body.as_ref(), &args);
     let ranges = map.ranges();
-    let asks = ranges.iter().map(|&range| {
-        let (c, map, call, user) = (
-            Arc::clone(c),
-            Arc::clone(&map),
-            call.clone(),
-            req.user.clone(),
-        );
-        async move { c.fan_out(&map, range, call, &user, 1, false).await }
-    });
-    let got = futures_util::future::join_all(asks).await;
-    let mut pages = Vec::with_capacity(got.len());
-    let mut seqs = Vec::with_capacity(got.len());
-    for (g, &range) in got.iter().zip(&ranges) {
-        match g.best() {
-            Some(a) if a.ok() => {
-                let page = a.json();
-                seqs.push(ShardSeq {
-                    range,
-                    node: a.node.clone(),
-                    seq: crate::seq::number(&page["update_seq"]),
-                });
-                pages.push(page);
-            }
-            Some(a) => return a.clone().into_response(),
-            None => return FabricResponse::unavailable("no copy of a shard is reachable"),
-        }
-    }
+    let answers = match c.ask_each_shard(&map, &req.user, |_, _| call.clone()).await {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let pages: Vec<Value> = answers.iter().map(|a| a.json()).collect();
+    let seqs: Vec<ShardSeq> = answers
+        .iter()
+        .zip(&pages)
+        .zip(&ranges)
+        .map(|((a, page), &range)| ShardSeq {
+            range,
+            node: a.node.clone(),
+            seq: crate::seq::number(&page["update_seq"]),
+        })
+        .collect();
     let mut rows = if reduces {
         let grouped = args.group_level().is_some();
         match reduce_rows(
@@ -207,27 +195,15 @@ pub async fn info(c: &Arc<Coordinator>, req: &FabricRequest, ddoc_name: &str) ->
         &req.headers,
         bytes::Bytes::new(),
     );
-    let ranges = map.ranges();
-    let asks = ranges.iter().map(|&range| {
-        let (c, map, call, user) = (
-            Arc::clone(c),
-            Arc::clone(&map),
-            call.clone(),
-            req.user.clone(),
-        );
-        async move { c.fan_out(&map, range, call, &user, 1, false).await }
-    });
-    let got = futures_util::future::join_all(asks).await;
+    let answers = match c.ask_each_shard(&map, &req.user, |_, _| call.clone()).await {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let mut first: Option<Value> = None;
     let (mut sizes, mut pending, mut waiting) = ([0u64; 3], 0u64, 0u64);
     let (mut running, mut compacting) = (false, false);
     let mut seqs = Vec::new();
-    for (g, &range) in got.iter().zip(&ranges) {
-        let a = match g.best() {
-            Some(a) if a.ok() => a,
-            Some(a) => return a.clone().into_response(),
-            None => return FabricResponse::unavailable("no copy of a shard is reachable"),
-        };
+    for (a, range) in answers.iter().zip(map.ranges()) {
         let v = a.json();
         let vi = &v["view_index"];
         for (k, name) in ["file", "external", "active"].iter().enumerate() {
