@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub sync_interval: Duration,
     /// How the node decides moves when it is elected ([`crate::decider`]).
     pub decider: crate::decider::DeciderConfig,
+    /// Members this node reaches at another URL than the one they
+    /// advertise: name -> URL ([`ClusterView::with_routes`]).
+    pub peer_urls: std::collections::BTreeMap<String, String>,
 }
 
 /// What a database's creation asks for: `q` and `n` (the cluster's
@@ -141,7 +144,7 @@ impl Coordinator {
             registration: Mutex::new(Some(registration)),
             keeper: Mutex::new(Vec::new()),
             stop: watch::channel(false).0,
-            view: ClusterView::default(),
+            view: ClusterView::with_routes(config.peer_urls.clone()),
             secret,
             http,
             sync,
@@ -170,6 +173,7 @@ impl Coordinator {
                 config.decider,
                 c.stop.subscribe(),
             )),
+            tokio::spawn(rejoiner(Arc::clone(c), config.ttl, c.stop.subscribe())),
         ];
         *lock(&coordinator.keeper) = tasks;
         Ok(coordinator)
@@ -639,6 +643,36 @@ async fn reconcile(c: &Coordinator, w: &ShardMapWatch) {
     if let Ok(Ok(names)) = tokio::task::spawn_blocking(move || engine.list_shard_dbs()).await {
         for orphan in names.iter().filter(|n| !wanted.contains(*n)) {
             tracing::warn!(shard = %orphan, "no shard map names this copy; kept");
+        }
+    }
+}
+
+/// Joins again when the node's lease was lost (a pause, or a partition
+/// from etcd, longer than the lease): the old lease is revoked if etcd can
+/// be reached (its key goes at once), then a new lease and registration,
+/// as at start. A name still held by the old lease (etcd has not expired
+/// it yet) is tried again at the next tick. Until then the node is not
+/// live: it coordinates no writes ([`fabric::handle`]) and decides nothing.
+async fn rejoiner(c: Arc<Coordinator>, ttl: Duration, mut stop: watch::Receiver<bool>) {
+    let tick = (ttl / 4).max(Duration::from_millis(250));
+    while !*stop.borrow() {
+        let _ = tokio::time::timeout(tick, stop.changed()).await;
+        if *stop.borrow() || c.is_live() {
+            continue;
+        }
+        let old = lock(&c.registration).take();
+        if let Some(old) = old {
+            let wait = c.etcd.config().request_timeout;
+            if let Ok(Err(e)) = tokio::time::timeout(wait, old.leave()).await {
+                tracing::warn!(error = %e, "cannot revoke the lost lease; it expires by itself");
+            }
+        }
+        match membership::join(&c.etcd, c.info.clone(), ttl).await {
+            Ok(r) => {
+                tracing::warn!(node = %c.info.name, "rejoined the cluster after its lease was lost");
+                *lock(&c.registration) = Some(r);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot rejoin the cluster yet"),
         }
     }
 }

@@ -121,8 +121,10 @@ pub struct RebalanceControl {
 /// `stop` turns true.
 pub async fn run(c: Arc<Coordinator>, config: DeciderConfig, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() {
-        let Some(lease) = c.lease_id() else {
-            return;
+        // No lease while the node rejoins after losing one: wait for it.
+        let Some(lease) = c.lease_id().filter(|_| c.is_live()) else {
+            let _ = tokio::time::timeout(TICK, stop.changed()).await;
+            continue;
         };
         let mut election = c.etcd().client().election_client();
         let name = c.etcd().key("decider");

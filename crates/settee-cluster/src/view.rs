@@ -4,10 +4,16 @@
 //! the member watcher ([`crate::coordinator`]) keep it current from
 //! etcd's watches.
 //!
+//! A node may be told to reach some members at another URL than the one
+//! they advertise (`--peer-url NAME=URL`: a proxy, an address of another
+//! network); the view applies those routes as members are recorded, so
+//! every request to a member uses them.
+//!
 //! Invariants: a map is replaced whole (readers hold an `Arc` of the one
 //! they read, never a half-updated one); a member is in `live` only while
 //! etcd lists its key (its lease is alive), so requests skip a node at
-//! once when etcd says it is down.
+//! once when etcd says it is down; a member with a route is always
+//! recorded with the route's URL.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -20,9 +26,26 @@ use crate::membership::NodeInfo;
 pub struct ClusterView {
     maps: RwLock<HashMap<String, Arc<ShardMap>>>,
     live: RwLock<BTreeMap<String, NodeInfo>>,
+    routes: BTreeMap<String, String>,
 }
 
 impl ClusterView {
+    /// A view that reaches the members named in `routes` at the URL given
+    /// there instead of the one they advertise.
+    pub fn with_routes(routes: BTreeMap<String, String>) -> ClusterView {
+        ClusterView {
+            routes,
+            ..ClusterView::default()
+        }
+    }
+
+    fn routed(&self, mut info: NodeInfo) -> NodeInfo {
+        if let Some(url) = self.routes.get(&info.name) {
+            info.advertise.clone_from(url);
+        }
+        info
+    }
+
     /// The map of database `db`, if the view has one.
     pub fn map(&self, db: &str) -> Option<Arc<ShardMap>> {
         read(&self.maps).get(db).cloned()
@@ -66,11 +89,16 @@ impl ClusterView {
 
     /// Replaces the live members.
     pub fn set_live(&self, members: BTreeMap<String, NodeInfo>) {
+        let members = members
+            .into_iter()
+            .map(|(name, info)| (name, self.routed(info)))
+            .collect();
         *write(&self.live) = members;
     }
 
     /// Records a member that joined (or changed its URL).
     pub fn joined(&self, info: NodeInfo) {
+        let info = self.routed(info);
         write(&self.live).insert(info.name.clone(), info);
     }
 
@@ -108,5 +136,24 @@ mod tests {
         assert!(v.member("a").is_some());
         v.left("a");
         assert!(v.live().is_empty());
+    }
+
+    #[test]
+    fn routes_replace_the_advertised_url() {
+        let routes = BTreeMap::from([("b".to_string(), "http://127.0.0.1:9".to_string())]);
+        let v = ClusterView::with_routes(routes);
+        let info = |name: &str| NodeInfo {
+            name: name.into(),
+            advertise: format!("http://{name}.example:1"),
+        };
+        v.set_live(BTreeMap::from([
+            ("a".into(), info("a")),
+            ("b".into(), info("b")),
+        ]));
+        assert_eq!(v.member("a").unwrap().advertise, "http://a.example:1");
+        assert_eq!(v.member("b").unwrap().advertise, "http://127.0.0.1:9");
+        v.left("b");
+        v.joined(info("b"));
+        assert_eq!(v.member("b").unwrap().advertise, "http://127.0.0.1:9");
     }
 }

@@ -107,6 +107,10 @@ struct ServeArgs {
     /// The URL other nodes reach this one at (default: http://BIND).
     #[arg(long)]
     advertise: Option<String>,
+    /// Reach cluster member NAME at URL instead of the URL it advertises
+    /// (a proxy, another network's address); repeatable.
+    #[arg(long = "peer-url", value_name = "NAME=URL", value_parser = parse_peer_url)]
+    peer_urls: Vec<(String, String)>,
     /// The cluster's key prefix in etcd (several clusters may share one).
     #[arg(long, default_value = "/settee/")]
     cluster_prefix: String,
@@ -130,6 +134,18 @@ struct ServeArgs {
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
     exit_on_stdin_eof: bool,
+}
+
+/// `NAME=URL` of `--peer-url`.
+fn parse_peer_url(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, url)) if !name.is_empty() && url.starts_with("http") => {
+            Ok((name.to_string(), url.to_string()))
+        }
+        _ => Err(format!(
+            "expected NAME=URL (an http or https URL), got {s:?}"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -239,6 +255,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                         heal_after: std::time::Duration::from_secs(args.heal_after_s),
                         max_moves: args.rebalance_max_moves as usize,
                     },
+                    peer_urls: args.peer_urls.iter().cloned().collect(),
                 };
                 let c = settee_cluster::Coordinator::join(config, joined_engine)
                     .await

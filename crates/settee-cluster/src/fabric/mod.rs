@@ -23,7 +23,8 @@
 //!   error table maps their failures.)
 //!
 //! Invariants: a copy is asked only while its node is live (etcd lists
-//! it), so a down node costs no timeout; a shard copy answers through the
+//! it), so a down node costs no timeout; a coordinator that is not live
+//! itself refuses writes (503) rather than place them by a stale map; a shard copy answers through the
 //! same HTTP handlers a single node runs (validation, security, error
 //! shapes are theirs), reached with the cluster's secret and the user the
 //! request is for; what the fabric does not do yet answers 501
@@ -171,10 +172,32 @@ impl FabricResponse {
     }
 }
 
+/// Whether a request changes documents or settings (and so needs a
+/// coordinator whose view of the shard maps is current).
+fn is_write(m: &Method, seg: &[&str]) -> bool {
+    match *m {
+        Method::GET | Method::HEAD | Method::OPTIONS => false,
+        Method::POST => matches!(
+            seg,
+            [_] | [_, "_bulk_docs" | "_purge" | "_index"] | [_, "_design", _, "_update", ..]
+        ),
+        _ => true,
+    }
+}
+
 /// Answers one request for a clustered database (see the module doc).
+/// A node whose lease is not certainly alive (cut off from etcd, or paused
+/// past its lease) coordinates no writes: the maps it would place them by
+/// may have changed without it.
 pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
     let seg: Vec<&str> = req.segments.iter().map(String::as_str).collect();
     let m = &req.method;
+    if is_write(m, &seg) && !c.is_live() {
+        return FabricResponse::unavailable(
+            "this node has lost its place in the cluster (its etcd lease is not alive) and \
+             coordinates no writes until it rejoins; send them to another node",
+        );
+    }
     match seg.as_slice() {
         [_] if *m == Method::GET || *m == Method::HEAD => dbs::info(&c, &req).await,
         [_] if *m == Method::POST => docs::post(&c, &req).await,

@@ -57,13 +57,18 @@ pub fn eventually(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
 
 /// The cluster's secret, read from etcd's JSON gateway (as a node does).
 pub fn secret(etcd: &EtcdServer) -> String {
+    secret_at(&etcd.url)
+}
+
+/// The cluster's secret, read from the etcd (a member of it) at `url`.
+pub fn secret_at(url: &str) -> String {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD;
     let body = json!({"key": b64.encode("/settee/secret")}).to_string();
     let r = common::call(
         &common::agent(),
         "POST",
-        &format!("{}/v3/kv/range", etcd.url),
+        &format!("{url}/v3/kv/range"),
         None,
         &[("Content-Type", "application/json")],
         Some(body.as_bytes()),
