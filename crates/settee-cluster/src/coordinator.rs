@@ -98,6 +98,7 @@ pub struct Coordinator {
     moves: crate::move_progress::Registry,
     spread: crate::fabric::design::SpreadCache,
     rereduce: std::sync::OnceLock<Arc<dyn crate::fabric::views::Rereduce>>,
+    move_throttle: settee_replicator::throttle::Throttle,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -151,6 +152,9 @@ impl Coordinator {
             moves: Default::default(),
             spread: Default::default(),
             rereduce: std::sync::OnceLock::new(),
+            move_throttle: settee_replicator::throttle::Throttle::new(
+                config.decider.max_bytes_per_s,
+            ),
         });
         // The maps and members are known before the first request.
         coordinator
@@ -266,6 +270,11 @@ impl Coordinator {
             }
         }
         out
+    }
+
+    /// The bandwidth limit every shard move this node fills shares.
+    pub fn move_throttle(&self) -> &settee_replicator::throttle::Throttle {
+        &self.move_throttle
     }
 
     /// The moves this node is filling, with their progress.

@@ -34,6 +34,9 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// Moves kept in the status' history.
 const HISTORY: usize = 50;
 
+/// The default bandwidth of shard moves: 64 MiB/s.
+pub const DEFAULT_MOVE_BYTES_PER_S: u64 = 64 << 20;
+
 /// How the decider is tuned (from the node's configuration).
 #[derive(Clone, Copy, Debug)]
 pub struct DeciderConfig {
@@ -41,6 +44,9 @@ pub struct DeciderConfig {
     pub heal_after: Duration,
     /// Moves in flight at once, cluster-wide.
     pub max_moves: usize,
+    /// Bytes per second all the moves this node fills may copy together
+    /// (`[cluster] rebalance_max_bytes_per_s`; 0: no limit).
+    pub max_bytes_per_s: u64,
 }
 
 impl Default for DeciderConfig {
@@ -48,6 +54,7 @@ impl Default for DeciderConfig {
         DeciderConfig {
             heal_after: Duration::from_secs(60),
             max_moves: 2,
+            max_bytes_per_s: DEFAULT_MOVE_BYTES_PER_S,
         }
     }
 }
@@ -67,6 +74,10 @@ pub struct RebalanceStatus {
     pub pending: u64,
     /// Nodes whose copies are being replaced (down past `heal_after_s`).
     pub gone: Vec<String>,
+    /// The decider's limit on the bandwidth of its moves together
+    /// (bytes per second; 0: none).
+    #[serde(default)]
+    pub max_bytes_per_s: u64,
     /// Nodes being decommissioned (their copies move off).
     #[serde(default)]
     pub leaving: Vec<String>,
@@ -310,6 +321,7 @@ async fn tick(
         in_flight,
         pending,
         gone: gone.into_iter().collect(),
+        max_bytes_per_s: c.move_throttle().rate(),
         leaving: leaving.into_iter().collect(),
         decommissioned,
         under_replicated,

@@ -17,6 +17,10 @@
 //! deleted only after every push succeeded; otherwise it is kept and the
 //! next map change or sweep tries again.
 //!
+//! Fills are held to the node's move bandwidth
+//! ([`crate::decider::DeciderConfig::max_bytes_per_s`], one limit shared by
+//! every fill this node runs), so foreground requests keep their latency.
+//!
 //! Invariants: a copy is made full only after every live full copy was
 //! replicated into it after the move was recorded; a replaced copy's data
 //! is pushed to the remaining copies before it is deleted; each wait is
@@ -86,7 +90,14 @@ pub async fn run(c: &Arc<Coordinator>, db: &str, mv: &Move, guard: (&[u8], i64))
             to: mv.to.clone(),
         };
         let status = tracked.next_source();
-        match tokio::time::timeout(FILL_TIMEOUT, crate::sync::run_tracked(c, &job, &status)).await {
+        // A document copied with its attachments counts as the source's
+        // average document.
+        let limit = settee_replicator::job::Limit {
+            throttle: c.move_throttle(),
+            streamed_doc_bytes: bytes_total.checked_div(docs_total).unwrap_or(0),
+        };
+        let fill = crate::sync::run_tracked(c, &job, &status, Some(limit));
+        match tokio::time::timeout(FILL_TIMEOUT, fill).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(ClusterError::Local(format!("filling {shard}: {e}"))),
             Err(_) => return Err(ClusterError::Local(format!("filling {shard} timed out"))),

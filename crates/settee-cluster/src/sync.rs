@@ -180,14 +180,16 @@ pub fn push_shared(c: &Coordinator, map: &ShardMap, only: Option<&str>) {
 
 /// One job: replicate, then carry `_security` over.
 pub(crate) async fn run(c: &Coordinator, job: &Job) -> Result<(), String> {
-    run_tracked(c, job, &parking_lot::Mutex::new(Default::default())).await
+    run_tracked(c, job, &parking_lot::Mutex::new(Default::default()), None).await
 }
 
-/// [`run`], its progress kept in `status` (a move's fill shows it).
+/// [`run`], its progress kept in `status` (a move's fill shows it), its
+/// bandwidth held to `limit` when given.
 pub(crate) async fn run_tracked(
     c: &Coordinator,
     job: &Job,
     status: &parking_lot::Mutex<settee_replicator::Status>,
+    limit: Option<settee_replicator::job::Limit<'_>>,
 ) -> Result<(), String> {
     let (Some(from), Some(to)) = (c.view().member(&job.from), c.view().member(&job.to)) else {
         return Ok(());
@@ -206,7 +208,7 @@ pub(crate) async fn run_tracked(
         .await
         .map_err(|e| e.to_string())?;
     let (_keep, stop) = tokio::sync::watch::channel(false);
-    settee_replicator::job::run(&spec, &prepared, stop, status)
+    settee_replicator::job::run_limited(&spec, &prepared, stop, status, limit)
         .await
         .map_err(|e| e.to_string())?;
     copy_security(c, job, &from, &to).await

@@ -219,6 +219,27 @@ pub async fn run(
     stop: tokio::sync::watch::Receiver<bool>,
     status: &Mutex<Status>,
 ) -> Result<Outcome, RepError> {
+    run_limited(spec, p, stop, status, None).await
+}
+
+/// A limit on a replication's bandwidth: the shared [`Throttle`] and the
+/// bytes a document copied with its attachments (streamed, its size not
+/// known beforehand) is counted as.
+#[derive(Clone, Copy, Debug)]
+pub struct Limit<'a> {
+    pub throttle: &'a crate::throttle::Throttle,
+    pub streamed_doc_bytes: u64,
+}
+
+/// [`run`], each page of documents waiting for `limit` (if any) before it
+/// is written.
+pub async fn run_limited(
+    spec: &Spec,
+    p: &Prepared,
+    stop: tokio::sync::watch::Receiver<bool>,
+    status: &Mutex<Status>,
+    limit: Option<Limit<'_>>,
+) -> Result<Outcome, RepError> {
     let mut log = Log::load(&p.source, &p.target, &p.base_id, spec.use_checkpoints).await?;
     if let Some(since) = &spec.since_seq {
         log.start_seq = since.clone();
@@ -273,6 +294,11 @@ pub async fn run(
             _ = tokio::time::sleep(tick) => None,
         };
         if let Some(page) = page {
+            if let Some(l) = limit {
+                let json: usize = page.docs.iter().map(|d| d.get().len()).sum();
+                let streamed = page.streamed.len() as u64 * l.streamed_doc_bytes;
+                l.throttle.take(json as u64 + streamed).await;
+            }
             let written = match sink.write(&page.docs, None).await {
                 Ok(()) => sink.stream(&p.source, &page.streamed).await,
                 Err(e) => Err(e),

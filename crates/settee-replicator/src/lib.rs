@@ -22,6 +22,7 @@ pub mod read;
 pub mod rep_id;
 pub mod scheduler;
 pub mod spec;
+pub mod throttle;
 pub mod write;
 
 pub use job::{Outcome, Status};

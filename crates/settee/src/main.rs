@@ -130,6 +130,10 @@ struct ServeArgs {
     /// (`[cluster] rebalance_max_moves`).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     rebalance_max_moves: u64,
+    /// MiB per second the shard moves this node fills may copy together
+    /// (`[cluster] rebalance_max_bytes_per_s`; 0: no limit).
+    #[arg(long = "rebalance-max-mib-s", default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
+    rebalance_max_mib_s: u64,
     /// Shut down gracefully when stdin reaches end of file (lets a parent
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
@@ -254,6 +258,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     decider: settee_cluster::decider::DeciderConfig {
                         heal_after: std::time::Duration::from_secs(args.heal_after_s),
                         max_moves: args.rebalance_max_moves as usize,
+                        max_bytes_per_s: args.rebalance_max_mib_s << 20,
                     },
                     peer_urls: args.peer_urls.iter().cloned().collect(),
                 };

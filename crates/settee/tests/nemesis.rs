@@ -196,11 +196,15 @@ fn availability(timings: &[load::Timing], injected: &[Injected], first: Instant)
     let mut per_kind: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for (k, f) in injected.iter().enumerate() {
         let (mut worst, mut failed, mut slow) = (0.0f64, 0, 0);
+        let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
         for t in timings
             .iter()
             .filter(|t| t.sent >= f.t0 && t.sent <= f.t1 && !f.faulted.contains(&t.port))
         {
             failed += usize::from(t.failed);
+            if t.failed {
+                *statuses.entry(t.status).or_default() += 1;
+            }
             slow += usize::from(!t.failed && t.took.as_secs_f64() > 2.0 * p99);
             if t.failed || t.took.as_secs_f64() > 2.0 * p99 {
                 worst = worst.max((t.sent + t.took - f.t0).as_secs_f64());
@@ -208,7 +212,8 @@ fn availability(timings: &[load::Timing], injected: &[Injected], first: Instant)
         }
         if failed + slow > 0 {
             println!(
-                "fault {} ({}): through unfaulted members {failed} writes failed, {slow} slow, \
+                "fault {} ({}): through unfaulted members {failed} writes failed \
+                 (status: count, 0 = no answer: {statuses:?}), {slow} slow, \
                  the last {worst:.2} s after the injection",
                 k + 1,
                 f.kind

@@ -55,6 +55,8 @@ pub struct DocLog {
 pub struct Timing {
     /// The member it was sent to.
     pub port: u16,
+    /// The answer's status (0: none came).
+    pub status: u16,
     pub sent: Instant,
     pub took: Duration,
     pub quorum_ok: bool,
@@ -89,8 +91,8 @@ enum Sent {
     },
     /// 409/404: the edit's parent is not a leaf where it was sent.
     Refused,
-    /// No answer, or 5xx: unknown whether it was applied.
-    Unknown,
+    /// No answer (0), or 5xx: unknown whether it was applied.
+    Unknown(u16),
 }
 
 struct Client {
@@ -137,11 +139,12 @@ impl Client {
                         rev: rev.to_string(),
                         status,
                     },
-                    None => Sent::Unknown,
+                    None => Sent::Unknown(status),
                 }
             }
             Err(ureq::Error::Status(409 | 404, _)) => Sent::Refused,
-            Err(_) => Sent::Unknown,
+            Err(ureq::Error::Status(s, _)) => Sent::Unknown(s),
+            Err(_) => Sent::Unknown(0),
         }
     }
 
@@ -277,10 +280,15 @@ fn edit_once(
                 ..
             }
         ) && w == 2;
-        let failed = matches!(outcome, Sent::Unknown);
+        let failed = matches!(outcome, Sent::Unknown(_));
+        let status = match &outcome {
+            Sent::Acked { status, .. } | Sent::Unknown(status) => *status,
+            Sent::Refused => 409,
+        };
         if h.timings.len() < MAX_OPS {
             h.timings.push(Timing {
                 port,
+                status,
                 sent,
                 took,
                 quorum_ok,
@@ -305,7 +313,7 @@ fn edit_once(
                 d.deleted = deleted;
                 return Some(rev);
             }
-            Sent::Unknown => {
+            Sent::Unknown(_) => {
                 h.failures += 1;
                 drop(h);
                 std::thread::sleep(Duration::from_millis(50));
