@@ -181,7 +181,6 @@ function Body({ snap, self, act }: { snap: Snapshot; self: string | null; act: A
         </table>
       </div>
       <AddNode act={act} />
-      <Rebalance status={status} act={act} />
       <h2>Shard map</h2>
       <p id="balance" class={bal.uneven.length || bal.underReplicated ? "warn" : "muted"}>
         {bal.cells === 0
@@ -193,6 +192,7 @@ function Body({ snap, self, act }: { snap: Snapshot; self: string | null; act: A
         {snap.dbCount > MAX_DBS ? ` Showing the first ${MAX_DBS} of ${snap.dbCount} databases.` : ""}
       </p>
       {grid.map((g) => <Grid g={g} />)}
+      <Rebalance status={status} act={act} />
     </>
   );
 }
@@ -202,7 +202,7 @@ function NodeLine({ r, act }: { r: NodeRow; act: Act }) {
   const url = path("_node", "_local", "_nodes", r.name);
   return (
     <tr data-node={r.name} data-health={r.health}>
-      <td class="mono">{r.name}{r.self ? " (this node)" : ""}</td>
+      <td><span class="node-name">{r.name}</span>{r.self && <span class="muted"> (this node)</span>}</td>
       <td><span class={`health health-${r.health}`}>{label}</span></td>
       <td class="num">{r.copies ?? "–"}</td>
       <td class="num">{r.incoming || ""}</td>
@@ -239,18 +239,17 @@ function AddNode({ act }: { act: Act }) {
     });
   };
   return (
-    <form class="inline card" id="add-node-form" onSubmit={submit}>
-      <h3>Add a node</h3>
-      <p class="muted">
-        A node joins when it starts with this cluster's etcd endpoints; added here, it takes copies (a
-        decommission mark comes off), and the rebalance moves its share to it unless paused.
-      </p>
+    <form class="toolbar" id="add-node-form" onSubmit={submit}>
       <label>
-        Node name{" "}
-        <input id="add-node-name" placeholder="settee@10.0.0.4" value={name}
+        Add a node{" "}
+        <input id="add-node-name" placeholder="settee@10.0.0.4" value={name} aria-describedby="add-node-help"
           onInput={(e) => setName((e.target as HTMLInputElement).value)} />
-      </label>{" "}
+      </label>
       <button type="submit" class="primary" id="add-node-submit" disabled={!name.trim()}>Add node</button>
+      <span class="muted" id="add-node-help">
+        A node joins when it starts with this cluster's etcd endpoints; added, it takes copies (a decommission
+        mark comes off) and the rebalance moves its share to it unless paused.
+      </span>
     </form>
   );
 }

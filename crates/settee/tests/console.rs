@@ -887,7 +887,9 @@ async fn cluster_page_adds_a_node_watches_the_rebalance_and_marks_a_killed_node_
     assert_eq!(a.admin("GET", "/_node/_local", None).json()["name"], A);
     let r = a.admin("PUT", "/db?q=4&n=2", None);
     assert_eq!(r.status, 201, "{r:?}");
-    let docs: Vec<Value> = (0..100).map(|i| json!({"_id": format!("d{i:03}")})).collect();
+    let docs: Vec<Value> = (0..100)
+        .map(|i| json!({"_id": format!("d{i:03}")}))
+        .collect();
     let r = a.admin(
         "POST",
         "/db/_bulk_docs",
@@ -929,20 +931,35 @@ async fn cluster_page_adds_a_node_watches_the_rebalance_and_marks_a_killed_node_
         text_of(c, &health(C), "up").await?;
         text_of(c, "#cluster-summary", "3 node(s), 3 up, 0 down").await?;
         text_of(c, &format!("tr[data-node='{C}'] td.num"), "0").await?;
-        text_of(c, "#balance", "uneven across the nodes that take copies: db").await?;
+        text_of(
+            c,
+            "#balance",
+            "uneven across the nodes that take copies: db",
+        )
+        .await?;
 
         // Decommission asks first; the mark reaches the server; "keep"
         // takes it off again.
         click(c, &format!("tr[data-node='{C}'] button.danger")).await?;
-        text_of(c, &format!("tr[data-node='{C}'] .confirm"), "Move every copy off").await?;
+        text_of(
+            c,
+            &format!("tr[data-node='{C}'] .confirm"),
+            "Move every copy off",
+        )
+        .await?;
         click(c, &format!("tr[data-node='{C}'] .confirm button.danger")).await?;
         text_of(c, ".notice", "is being decommissioned").await?;
         text_of(c, &health(C), "leaving").await?;
         let state = |s: &common::Server| {
-            s.admin("GET", &format!("/_node/_local/_nodes/{C}"), None).json()["state"].clone()
+            s.admin("GET", &format!("/_node/_local/_nodes/{C}"), None)
+                .json()["state"]
+                .clone()
         };
         if state(&a) != json!("leaving") {
-            return Err(format!("decommissioned in the page, the server says {}", state(&a)));
+            return Err(format!(
+                "decommissioned in the page, the server says {}",
+                state(&a)
+            ));
         }
         click(c, &format!("tr[data-node='{C}'] .keep-node")).await?;
         text_of(c, &health(C), "up").await?;
@@ -960,19 +977,31 @@ async fn cluster_page_adds_a_node_watches_the_rebalance_and_marks_a_killed_node_
         // copies, as the server's map has them.
         click(c, "#rebalance-resume").await?;
         text_of(c, ".notice", "Rebalancing resumed").await?;
-        let done = until_within(Duration::from_secs(90), "the rebalance to finish", || async {
-            let st = text_now(c, "#rebalance-state").await?;
-            let figures = text_now(c, "#rebalance-figures").await?;
-            let g = grid_of(c, "db").await?;
-            let server = tokio::task::block_in_place(|| copies(&a, "db"));
-            let counts = per_node(&g);
-            let spread = counts.values().max().zip(counts.values().min()).map(|(h, l)| h - l);
-            if st.starts_with("balanced") && g == server && counts.len() == 3 && spread == Some(1) {
-                Ok(Some(figures))
-            } else {
-                Err(format!("{st}; {figures}; grid {g:?}; server {server:?}"))
-            }
-        })
+        let done = until_within(
+            Duration::from_secs(90),
+            "the rebalance to finish",
+            || async {
+                let st = text_now(c, "#rebalance-state").await?;
+                let figures = text_now(c, "#rebalance-figures").await?;
+                let g = grid_of(c, "db").await?;
+                let server = tokio::task::block_in_place(|| copies(&a, "db"));
+                let counts = per_node(&g);
+                let spread = counts
+                    .values()
+                    .max()
+                    .zip(counts.values().min())
+                    .map(|(h, l)| h - l);
+                if st.starts_with("balanced")
+                    && g == server
+                    && counts.len() == 3
+                    && spread == Some(1)
+                {
+                    Ok(Some(figures))
+                } else {
+                    Err(format!("{st}; {figures}; grid {g:?}; server {server:?}"))
+                }
+            },
+        )
         .await?;
         if done.starts_with("0 move(s) done") {
             return Err(format!("balanced with no move counted: {done}"));
@@ -1004,8 +1033,21 @@ async fn cluster_page_adds_a_node_watches_the_rebalance_and_marks_a_killed_node_
             Ok((under == held_by_b).then_some(()))
         })
         .await?;
-        text_of(c, "#balance", &format!("{held_by_b} of 4 shard(s) under-replicated")).await?;
+        text_of(
+            c,
+            "#balance",
+            &format!("{held_by_b} of 4 shard(s) under-replicated"),
+        )
+        .await?;
         eprintln!("b shown down {took:?} after SIGKILL");
+        // At a phone's width, then back (the last screenshot is the
+        // laptop's).
+        let set_size =
+            |w, h| async move { c.set_window_size(w, h).await.map_err(|e| e.to_string()) };
+        set_size(390, 844).await?;
+        text_of(c, &health(B), "down").await?;
+        shot(c, "cluster-phone").await?;
+        set_size(1280, 900).await?;
         drop(node_c);
         Ok(())
     })
