@@ -104,6 +104,18 @@ export function isServerAdmin(u: UserCtx | null): boolean {
   return !!u && u.roles.includes("_admin");
 }
 
+/** Whether this server is a cluster member: its `/_cluster/rebalance`
+ * exists (a single node answers 404; a member whose etcd is unreachable
+ * answers an error, and is still a member). */
+export async function clusterMember(): Promise<boolean> {
+  try {
+    await api("GET", "/_cluster/rebalance");
+    return true;
+  } catch (e) {
+    return e instanceof ApiError && e.status !== 404 && e.status !== 0;
+  }
+}
+
 /** Whether `u` is an admin of a database with security object `sec`. */
 export function isDbAdmin(u: UserCtx | null, sec: any): boolean {
   if (!u) return false;

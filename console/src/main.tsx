@@ -3,7 +3,7 @@
 import "./style.css";
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { ApiError, session, type UserCtx, isServerAdmin } from "./api";
+import { ApiError, session, type UserCtx, isServerAdmin, clusterMember } from "./api";
 import { parse, href, type Route } from "./route";
 import { ErrorBox } from "./ui";
 import { Login } from "./pages/login";
@@ -20,11 +20,11 @@ import { Config } from "./pages/config";
 import { Tasks } from "./pages/tasks";
 import { Stats } from "./pages/stats";
 import { Account } from "./pages/account";
+import { Cluster } from "./pages/cluster";
 
 /** The server-wide pages, for server admins (CouchDB lets no one else
- * read them). A Cluster page (nodes, shard map, rebalance) joins them
- * when the cluster's HTTP API exists (issue 38): not before, and never
- * with made-up data. */
+ * read them). The Cluster page joins them on a cluster member (see
+ * `clusterMember`). */
 const SERVER_PAGES: [string, string][] = [
   ["replication", "Replication"],
   ["users", "Users"],
@@ -51,6 +51,12 @@ function App() {
     addEventListener("hashchange", on);
     return () => removeEventListener("hashchange", on);
   }, []);
+  // Whether the Cluster page is linked: a server admin on a member.
+  const [clustered, setClustered] = useState(false);
+  useEffect(() => {
+    if (isServerAdmin(user)) clusterMember().then(setClustered);
+    else setClustered(false);
+  }, [user]);
   useEffect(() => {
     session
       .get()
@@ -101,6 +107,7 @@ function App() {
         <nav aria-label="Main">
           <a href={href()}>Databases</a>
           {isServerAdmin(user) && SERVER_PAGES.map(([p, label]) => <a href={href(p)}>{label}</a>)}
+          {clustered && <a id="nav-cluster" href={href("cluster")}>Cluster</a>}
         </nav>
         <span class="who">
           {loggedIn ? (
@@ -140,6 +147,8 @@ function Page({ route, user }: { route: Route; user: UserCtx | null }) {
       return <Tasks />;
     case "stats":
       return <Stats />;
+    case "cluster":
+      return <Cluster user={user} />;
     case "notfound":
     case "login":
     case "account":

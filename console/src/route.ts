@@ -16,6 +16,7 @@ export type Route =
   | { page: "config" }
   | { page: "tasks" }
   | { page: "stats" }
+  | { page: "cluster" }
   | { page: "account" }
   | { page: "notfound"; hash: string };
 
@@ -31,6 +32,7 @@ export function parse(hash: string): Route {
       case "config":
       case "tasks":
       case "stats":
+      case "cluster":
       case "account":
         return { page: segs[0] };
     }

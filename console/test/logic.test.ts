@@ -16,7 +16,7 @@ test("routes round-trip through the hash, odd names included", () => {
   }
   assert.deepEqual(parse(""), { page: "databases" });
   assert.deepEqual(parse("#/"), { page: "databases" });
-  for (const p of ["login", "replication", "users", "config", "tasks", "stats"]) {
+  for (const p of ["login", "replication", "users", "config", "tasks", "stats", "cluster"]) {
     assert.deepEqual(parse(href(p)), { page: p });
   }
   assert.equal(parse("#/nope/x").page, "notfound");

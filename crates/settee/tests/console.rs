@@ -5,14 +5,19 @@
 //! Each test is a person's flow through the pages (log in, create a
 //! database, write and edit a document, attach a file, resolve a conflict,
 //! query with Mango, log out; a member who is no admin sees no admin
-//! action), checked in the page and, where the page claims a write, on the
-//! server too. Every wait is bounded ([`WAIT`]); the browser reaches no
+//! action; on a cluster of real members and a real etcd, a node added and
+//! the rebalance watched to its end, a killed node marked down), checked
+//! in the page and, where the page claims a write, on the server too. Every wait is bounded ([`WAIT`]); the browser reaches no
 //! host but 127.0.0.1 (every name resolves to nothing, background
 //! networking off). Each test saves a screenshot of its last page under
 //! `CARGO_TARGET_TMPDIR/console-screenshots/`, failed or not.
 
+mod cluster_support;
 mod common;
+#[path = "../../settee-cluster/tests/common/mod.rs"]
+mod etcd_common;
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -90,12 +95,21 @@ async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
 }
 
 /// Polls `check` until it answers `Some`, at most [`WAIT`].
-async fn until<T, F, Fut>(what: &str, mut check: F) -> R<T>
+async fn until<T, F, Fut>(what: &str, check: F) -> R<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>, String>>,
 {
-    let deadline = Instant::now() + WAIT;
+    until_within(WAIT, what, check).await
+}
+
+/// Polls `check` until it answers `Some`, at most `limit`.
+async fn until_within<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> R<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, String>>,
+{
+    let deadline = Instant::now() + limit;
     let mut last = String::new();
     loop {
         match check().await {
@@ -104,7 +118,7 @@ where
             Err(e) => last = e,
         }
         if Instant::now() > deadline {
-            return Err(format!("waited {WAIT:?} for {what}; last: {last}"));
+            return Err(format!("waited {limit:?} for {what}; last: {last}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -276,6 +290,15 @@ async fn admin_creates_edits_attaches_resolves_queries_and_logs_out() {
         let c = &c;
         log_in(c, &s, ADMIN.0, ADMIN.1).await?;
         text_of(c, "#whoami", "(server admin)").await?;
+        // A single node: no Cluster page linked, and the page says why.
+        c.goto(&s.url("/_utils/#/cluster"))
+            .await
+            .map_err(|e| e.to_string())?;
+        text_of(c, "#not-clustered", "a single node, not a member of a cluster").await?;
+        if !absent(c, "#nav-cluster").await? {
+            return Err("a single node links a Cluster page".into());
+        }
+        click(c, "header .brand").await?;
 
         // Create a database.
         click(c, "#create-db").await?;
@@ -463,6 +486,11 @@ async fn member_reads_but_sees_no_admin_action() {
         if who.contains("admin") {
             return Err(format!("bob shown as {who}"));
         }
+        c.goto(&s.url("/_utils/#/cluster"))
+            .await
+            .map_err(|e| e.to_string())?;
+        text_of(c, "#cluster-forbidden", "Only server admins").await?;
+        click(c, "header .brand").await?;
         // CouchDB lets only admins list databases: the page says so and
         // offers no creation.
         text_of(c, "main", "Only server admins may list the databases").await?;
@@ -815,6 +843,213 @@ async fn user_changes_own_password_where_the_users_db_is_open() {
             return Err("the new password is not the one that works".into());
         }
         log_out(c).await
+    })
+    .await;
+}
+
+/// The shard grid of `db` as the page draws it: range -> holders (full
+/// copies, sorted).
+async fn grid_of(c: &Client, db: &str) -> R<BTreeMap<String, Vec<String>>> {
+    let v = c
+        .execute(
+            "const out = {};
+             document.querySelectorAll(`tr[data-db='${arguments[0]}'] td[data-range]`).forEach(td => {
+                 out[td.dataset.range] = [...td.querySelectorAll('.holder:not(.incoming)')]
+                     .map(s => s.textContent.replace(' (down)', '')).sort();
+             });
+             return out;",
+            vec![json!(db)],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
+/// The text of `css` now ("" when absent).
+async fn text_now(c: &Client, css: &str) -> R<String> {
+    match c.find(Locator::Css(css)).await {
+        Ok(e) => e.text().await.map_err(|e| e.to_string()),
+        Err(_) => Ok(String::new()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_page_adds_a_node_watches_the_rebalance_and_marks_a_killed_node_down() {
+    use cluster_support::{copies, node, per_node};
+    const A: &str = "a@127.0.0.1";
+    const B: &str = "b@127.0.0.1";
+    const C: &str = "c@127.0.0.1";
+    let etcd = etcd_common::EtcdServer::start();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let a = node(dirs[0].path(), &etcd, A);
+    let b = node(dirs[1].path(), &etcd, B);
+    // A member's `/_node/_local` names it (the page marks "this node").
+    assert_eq!(a.admin("GET", "/_node/_local", None).json()["name"], A);
+    let r = a.admin("PUT", "/db?q=4&n=2", None);
+    assert_eq!(r.status, 201, "{r:?}");
+    let docs: Vec<Value> = (0..100)
+        .map(|i| json!({"_id": format!("d{i:03}")}))
+        .collect();
+    let r = a.admin(
+        "POST",
+        "/db/_bulk_docs",
+        Some(&json!({"docs": docs}).to_string()),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let health = |n: &str| format!("tr[data-node='{n}'] .health");
+    in_browser("cluster", |c| async move {
+        let c = &c;
+        let mut b = Some(b);
+        log_in(c, &a, ADMIN.0, ADMIN.1).await?;
+        click(c, "#nav-cluster").await?;
+        wait_hash(c, "/cluster").await?;
+        text_of(c, "#cluster-summary", "2 node(s), 2 up, 0 down").await?;
+        text_of(c, "#cluster-summary", &format!("seen through {A}")).await?;
+        text_of(c, &health(A), "up").await?;
+        text_of(c, &health(B), "up").await?;
+        // The grid is the server's map: every range on a and b.
+        let want = copies(&a, "db");
+        if want.len() != 4 || want.values().any(|ns| ns != &[A, B]) {
+            return Err(format!("unexpected map {want:?}"));
+        }
+        until("the grid to show the map", || async {
+            let g = grid_of(c, "db").await?;
+            Ok((g == want).then_some(()))
+        })
+        .await?;
+        text_of(c, "#balance", "0 of 4 shard(s) under-replicated").await?;
+        text_of(c, &format!("tr[data-node='{A}'] td.num"), "4").await?;
+
+        // Paused, a node that joins gets nothing until it is let in.
+        click(c, "#rebalance-pause").await?;
+        text_of(c, ".notice", "Rebalancing paused").await?;
+        text_of(c, "#rebalance-state", "paused").await?;
+        if a.admin("GET", "/_cluster/rebalance", None).json()["paused"] != json!(true) {
+            return Err("the page's pause did not reach the server".into());
+        }
+        let node_c = tokio::task::block_in_place(|| node(dirs[2].path(), &etcd, C));
+        text_of(c, &health(C), "up").await?;
+        text_of(c, "#cluster-summary", "3 node(s), 3 up, 0 down").await?;
+        text_of(c, &format!("tr[data-node='{C}'] td.num"), "0").await?;
+        text_of(
+            c,
+            "#balance",
+            "uneven across the nodes that take copies: db",
+        )
+        .await?;
+
+        // Decommission asks first; the mark reaches the server; "keep"
+        // takes it off again.
+        click(c, &format!("tr[data-node='{C}'] button.danger")).await?;
+        text_of(
+            c,
+            &format!("tr[data-node='{C}'] .confirm"),
+            "Move every copy off",
+        )
+        .await?;
+        click(c, &format!("tr[data-node='{C}'] .confirm button.danger")).await?;
+        text_of(c, ".notice", "is being decommissioned").await?;
+        text_of(c, &health(C), "leaving").await?;
+        let state = |s: &common::Server| {
+            s.admin("GET", &format!("/_node/_local/_nodes/{C}"), None)
+                .json()["state"]
+                .clone()
+        };
+        if state(&a) != json!("leaving") {
+            return Err(format!(
+                "decommissioned in the page, the server says {}",
+                state(&a)
+            ));
+        }
+        click(c, &format!("tr[data-node='{C}'] .keep-node")).await?;
+        text_of(c, &health(C), "up").await?;
+
+        // Added by name through the form (the server says it is live).
+        type_into(c, "#add-node-name", C).await?;
+        click(c, "#add-node-submit").await?;
+        text_of(c, ".notice", &format!("{C} is a member and takes copies")).await?;
+        if state(&a) != json!("live") {
+            return Err(format!("added in the page, the server says {}", state(&a)));
+        }
+        shot(c, "cluster-joined").await?;
+
+        // Resumed: the rebalance runs to its end and the grid shows c's
+        // copies, as the server's map has them.
+        click(c, "#rebalance-resume").await?;
+        text_of(c, ".notice", "Rebalancing resumed").await?;
+        let done = until_within(
+            Duration::from_secs(90),
+            "the rebalance to finish",
+            || async {
+                let st = text_now(c, "#rebalance-state").await?;
+                let figures = text_now(c, "#rebalance-figures").await?;
+                let g = grid_of(c, "db").await?;
+                let server = tokio::task::block_in_place(|| copies(&a, "db"));
+                let counts = per_node(&g);
+                let spread = counts
+                    .values()
+                    .max()
+                    .zip(counts.values().min())
+                    .map(|(h, l)| h - l);
+                if st.starts_with("balanced")
+                    && g == server
+                    && counts.len() == 3
+                    && spread == Some(1)
+                {
+                    Ok(Some(figures))
+                } else {
+                    Err(format!("{st}; {figures}; grid {g:?}; server {server:?}"))
+                }
+            },
+        )
+        .await?;
+        if done.starts_with("0 move(s) done") {
+            return Err(format!("balanced with no move counted: {done}"));
+        }
+        text_of(c, "#balance", "0 of 4 shard(s) under-replicated").await?;
+        text_of(c, "#balance", "copies within one of each other").await?;
+        shot(c, "cluster-balanced").await?;
+
+        // b killed: the page marks it down within seconds, and the cells
+        // it holds as under-replicated.
+        let held_by_b = copies(&a, "db")
+            .values()
+            .filter(|ns| ns.iter().any(|n| n == B))
+            .count();
+        let killed = Instant::now();
+        b.take().expect("b").kill9();
+        text_of(c, &health(B), "down").await?;
+        let took = killed.elapsed();
+        if took > Duration::from_secs(10) {
+            return Err(format!("b shown down {took:?} after it was killed"));
+        }
+        text_of(c, "#cluster-summary", "3 node(s), 2 up, 1 down").await?;
+        until("b's cells marked under-replicated", || async {
+            let under = c
+                .find_all(Locator::Css("tr[data-db='db'] td.under"))
+                .await
+                .map_err(|e| e.to_string())?
+                .len();
+            Ok((under == held_by_b).then_some(()))
+        })
+        .await?;
+        text_of(
+            c,
+            "#balance",
+            &format!("{held_by_b} of 4 shard(s) under-replicated"),
+        )
+        .await?;
+        eprintln!("b shown down {took:?} after SIGKILL");
+        // At a phone's width, then back (the last screenshot is the
+        // laptop's).
+        let set_size =
+            |w, h| async move { c.set_window_size(w, h).await.map_err(|e| e.to_string()) };
+        set_size(390, 844).await?;
+        text_of(c, &health(B), "down").await?;
+        shot(c, "cluster-phone").await?;
+        set_size(1280, 900).await?;
+        drop(node_c);
+        Ok(())
     })
     .await;
 }

@@ -424,14 +424,17 @@ pub fn membership(req: &Req) -> ApiResult<Response> {
     ))
 }
 
+/// `/_node/{node}/…` of this node: `_local` or its name (a cluster
+/// member's own, given by `--node`; a single node's [`NODE_NAME`]).
 pub async fn node(app: &App, req: &mut Req, node: &str, rest: &[&str]) -> ApiResult<Response> {
-    if node != "_local" && node != NODE_NAME {
+    let name = app.coordinator().map_or(NODE_NAME, |c| c.node_name());
+    if node != "_local" && node != name {
         return Err(ApiError::not_found(format!("no such node: {node}")));
     }
     match rest {
         [] => {
             allow(req, GET, "GET,HEAD")?;
-            Ok(json_value(StatusCode::OK, &json!({"name": NODE_NAME})))
+            Ok(json_value(StatusCode::OK, &json!({"name": name})))
         }
         ["_config", rest @ ..] => config(app, req, rest).await,
         ["_stats", path @ ..] => {
