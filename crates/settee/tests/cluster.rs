@@ -356,4 +356,6 @@ fn a_name_taken_or_an_unreachable_etcd_is_a_clear_error_at_start() {
         "x@127.0.0.1",
     ]);
     assert!(err.contains("unreachable"), "{err}");
+    let err = failed_start(&["--cluster-etcd", &etcd.url, "--peer-url", "no-url-here"]);
+    assert!(err.contains("expected NAME=URL"), "{err}");
 }

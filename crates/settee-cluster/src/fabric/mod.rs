@@ -243,3 +243,37 @@ pub async fn handle(c: Arc<Coordinator>, req: FabricRequest) -> FabricResponse {
         [] => FabricResponse::error(StatusCode::NOT_FOUND, "not_found", "missing"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_told_from_reads() {
+        let w = |m: Method, path: &str| is_write(&m, &path.split('/').collect::<Vec<_>>());
+        for (m, path) in [
+            (Method::PUT, "db/doc"),
+            (Method::DELETE, "db/doc"),
+            (Method::POST, "db"),
+            (Method::POST, "db/_bulk_docs"),
+            (Method::POST, "db/_purge"),
+            (Method::POST, "db/_index"),
+            (Method::PUT, "db/_security"),
+            (Method::POST, "db/_design/d/_update/u/doc"),
+        ] {
+            assert!(w(m.clone(), path), "{m} {path}");
+        }
+        for (m, path) in [
+            (Method::GET, "db/doc"),
+            (Method::HEAD, "db"),
+            (Method::POST, "db/_find"),
+            (Method::POST, "db/_all_docs"),
+            (Method::POST, "db/_bulk_get"),
+            (Method::POST, "db/_revs_diff"),
+            (Method::POST, "db/_design/d/_view/v"),
+            (Method::POST, "db/_changes"),
+        ] {
+            assert!(!w(m.clone(), path), "{m} {path}");
+        }
+    }
+}
