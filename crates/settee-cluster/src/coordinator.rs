@@ -296,6 +296,51 @@ impl Coordinator {
             .await
     }
 
+    /// `/_cluster_setup`'s `add_node`: asks the server at `url` (with
+    /// `auth`, Basic) its node name, and admits it (a decommission mark
+    /// comes off) if it is a live member of this cluster. A Settee node
+    /// joins by starting with the cluster's etcd; one that has not is
+    /// [`ClusterError::NodeNotAdded`] with how to start it.
+    pub async fn add_node(
+        self: &Arc<Self>,
+        url: &str,
+        auth: Option<(String, String)>,
+    ) -> Result<String> {
+        let not_added = ClusterError::NodeNotAdded;
+        let mut req = self
+            .http
+            .get(format!("{}/_node/_local", url.trim_end_matches('/')))
+            .timeout(Duration::from_secs(10));
+        if let Some((user, password)) = &auth {
+            req = req.basic_auth(user, Some(password));
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| not_added(format!("cannot reach the node at {url}: {e}")))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(not_added(format!(
+                "the node at {url} answered {status} to GET /_node/_local"
+            )));
+        }
+        let v: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|e| not_added(format!("the node at {url} answered no JSON: {e}")))?;
+        let Some(name) = v["name"].as_str().map(str::to_string) else {
+            return Err(not_added(format!("the node at {url} did not say its name")));
+        };
+        if self.view.member(&name).is_none() {
+            return Err(not_added(format!(
+                "the node at {url} ({name}) is not a member of this cluster: start it with \
+                 --cluster-etcd set to this cluster's etcd and --node {name}"
+            )));
+        }
+        self.set_leaving(&name, false).await?;
+        Ok(name)
+    }
+
     /// A node as the operator sees it: `live`, `down` or `leaving`
     /// (`None`: never a member), and how many shard copies it holds.
     pub async fn node_state(self: &Arc<Self>, node: &str) -> Result<Option<(String, usize)>> {

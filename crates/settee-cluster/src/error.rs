@@ -55,6 +55,8 @@ pub enum ClusterError {
     LeaseLost(String),
     #[error("the watch of {0:?} was cancelled by etcd; list and watch again")]
     WatchEnded(String),
+    #[error("{0}")]
+    NodeNotAdded(String),
     #[error("the node's engine failed: {0}")]
     Local(String),
 }

@@ -362,9 +362,11 @@ impl From<settee_cluster::ClusterError> for ApiError {
                 "The database could not be created, the file already exists.",
             ),
             C::NoShardMap(_) => ApiError::not_found("Database does not exist."),
-            C::InvalidQ { .. } | C::InvalidN { .. } | C::NoNodes | C::InvalidNodeName { .. } => {
-                ApiError::bad_request(e.to_string())
-            }
+            C::InvalidQ { .. }
+            | C::InvalidN { .. }
+            | C::NoNodes
+            | C::InvalidNodeName { .. }
+            | C::NodeNotAdded(_) => ApiError::bad_request(e.to_string()),
             C::LeaseLost(_)
             | C::Unreachable { .. }
             | C::Etcd { .. }

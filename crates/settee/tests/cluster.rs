@@ -359,3 +359,127 @@ fn a_name_taken_or_an_unreachable_etcd_is_a_clear_error_at_start() {
     let err = failed_start(&["--cluster-etcd", &etcd.url, "--peer-url", "no-url-here"]);
     assert!(err.contains("expected NAME=URL"), "{err}");
 }
+
+/// `POST /_cluster_setup` with `body` through `s`: status and answer.
+fn setup(s: &Server, body: &str) -> (u16, Value) {
+    let r = s.admin("POST", "/_cluster_setup", Some(body));
+    (
+        r.status,
+        serde_json::from_str(&r.body).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn cluster_setup_answers_as_couchdb_for_what_settee_needs_no_step_for() {
+    // A single node: set up already; cluster actions refused as CouchDB's
+    // single node refuses them.
+    let single = Server::start();
+    let r = single.admin("GET", "/_cluster_setup", None);
+    assert_eq!(r.json(), json!({"state": "single_node_enabled"}), "{r:?}");
+    let r = single.admin(
+        "GET",
+        "/_cluster_setup?ensure_dbs_exist=%5B%22nosuch%22%5D",
+        None,
+    );
+    assert_eq!(r.json(), json!({"state": "single_node_disabled"}), "{r:?}");
+    let r = single.admin("GET", "/_cluster_setup?ensure_dbs_exist=bad", None);
+    assert_eq!((r.status, r.error()), (400, "bad_request".into()), "{r:?}");
+    assert_eq!(single.anon("GET", "/_cluster_setup", None).status, 401);
+    let r = single.admin("PUT", "/_cluster_setup", None);
+    assert_eq!(r.status, 405, "{r:?}");
+    assert_eq!(r.json()["reason"], json!("Only GET,POST allowed"));
+    for (body, status, reason) in [
+        (r#"{"action":"bogus"}"#, 400, "Invalid Action'"),
+        ("{}", 400, "Invalid Action'"),
+        ("[1]", 400, "Missing JSON body'"),
+        ("nope", 400, "Missing JSON body'"),
+        (
+            r#"{"action":"add_node","host":"127.0.0.1","port":1}"#,
+            400,
+            "Cluster is not enabled.",
+        ),
+        (
+            r#"{"action":"finish_cluster"}"#,
+            400,
+            "Cluster is already finished",
+        ),
+    ] {
+        let (st, v) = setup(&single, body);
+        assert_eq!(
+            (st, v["reason"].clone()),
+            (status, json!(reason)),
+            "{body}: {v}"
+        );
+    }
+    assert_eq!(
+        setup(&single, r#"{"action":"enable_single_node"}"#),
+        (201, json!({"ok": true}))
+    );
+    let (st, v) = setup(&single, r#"{"action":"enable_cluster"}"#);
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--cluster-etcd"),
+        "{v}"
+    );
+
+    // Members: finished; add_node admits a member that joined, and says how
+    // to start one that did not; remove_node decommissions.
+    let etcd = EtcdServer::start();
+    let (da, db) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    let a = node(da.path(), &etcd, "a@127.0.0.1");
+    let b = node(db.path(), &etcd, "b@127.0.0.1");
+    let r = a.admin("GET", "/_cluster_setup", None);
+    assert_eq!(r.json(), json!({"state": "cluster_finished"}), "{r:?}");
+    assert_eq!(
+        setup(&a, r#"{"action":"enable_cluster","node_count":"2"}"#).0,
+        201
+    );
+    let add = |port: u16| {
+        json!({"action": "add_node", "host": "127.0.0.1", "port": port,
+               "username": common::ADMIN.0, "password": common::ADMIN.1})
+        .to_string()
+    };
+    let (st, v) = setup(&a, &add(single.port));
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["reason"].as_str().unwrap_or("").contains("not a member"),
+        "{v}"
+    );
+    let (st, v) = setup(&a, &add(unused_port()));
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["reason"].as_str().unwrap_or("").contains("cannot reach"),
+        "{v}"
+    );
+    let r = a.admin("DELETE", "/_node/_local/_nodes/b@127.0.0.1", None);
+    assert_eq!(r.status, 202, "{r:?}");
+    assert_eq!(setup(&a, &add(b.port)), (201, json!({"ok": true})));
+    let r = a.admin("GET", "/_node/_local/_nodes/b@127.0.0.1", None);
+    assert_eq!(r.json()["state"], json!("live"), "{r:?}");
+    let (st, _) = setup(&a, r#"{"action":"remove_node","node":"nobody@127.0.0.1"}"#);
+    assert_eq!(st, 404);
+    assert_eq!(
+        setup(&a, r#"{"action":"remove_node","node":"b@127.0.0.1"}"#),
+        (201, json!({"ok": true}))
+    );
+    let r = b.admin("GET", "/_node/_local/_nodes/b@127.0.0.1", None);
+    assert_eq!(r.json()["state"], json!("leaving"), "{r:?}");
+    assert_eq!(
+        setup(&a, r#"{"action":"finish_cluster"}"#).1["reason"],
+        json!("Cluster is already finished")
+    );
+}
+
+/// A loopback port nothing listens on (bound, then released).
+fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

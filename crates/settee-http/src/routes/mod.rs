@@ -14,6 +14,7 @@ pub mod bulk;
 pub mod bulk_body;
 pub mod changes;
 pub mod cluster;
+pub mod cluster_setup;
 pub mod db;
 pub mod doc;
 pub mod list;
@@ -126,6 +127,7 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         ["_scheduler", "docs", rest @ ..] => replicate::scheduler_docs(app, req, rest),
         ["_active_tasks"] => server::active_tasks(app, req),
         ["_membership"] => server::membership(req),
+        ["_cluster_setup"] => cluster_setup::cluster_setup(app, req).await,
         ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,
         ["favicon.ico"] => Ok(server::favicon()),
         ["_utils", ..] => Err(ApiError::not_found("missing")),

@@ -144,7 +144,7 @@ fn check_list_permission(req: &Req) -> ApiResult<()> {
     Ok(())
 }
 
-async fn list_dbs(app: &App) -> ApiResult<Vec<String>> {
+pub(crate) async fn list_dbs(app: &App) -> ApiResult<Vec<String>> {
     let engine = app.engine.clone();
     let local = tokio::task::spawn_blocking(move || engine.list_dbs()).await??;
     Ok(match app.coordinator() {
