@@ -104,6 +104,19 @@
   global.toJSON = stringify;
   global.isArray = isArray;
 
+  // index(...) of search index functions (Nouveau's index(type, name,
+  // value, options), Clouseau's index(name, value, options)): the calls
+  // are collected as they were made, arguments and all, for the engine's
+  // caller to check; outside an index call it does nothing.
+  var indexCalls = null;
+  function index() {
+    if (indexCalls === null) return;
+    var args = new Array(arguments.length);
+    for (var i = 0; i < arguments.length; i++) args[i] = arguments[i];
+    indexCalls[indexCalls.length] = args;
+  }
+  global.index = index;
+
   // Seal a document, and everything in it, before map functions see it, so
   // that no map function can change what the next one gets. Documents come
   // from JSON.parse: a tree of plain objects and arrays, no cycles, no
@@ -273,6 +286,16 @@
       var v = viewOf(name);
       return v && v.map;
     }, "views", name, mapRequire);
+  }
+  // Search index functions: ddoc[section][name].index (section "nouveau"
+  // or "indexes"); they see the whole design document's require, as
+  // CouchDB's search index functions do.
+  function indexFun(section, name) {
+    return fun("index\u0000" + section + "\u0000" + name, function () {
+      var all = ddoc[section];
+      var def = all !== null && typeof all === "object" && hasOwn(all, name) ? all[name] : undefined;
+      return def !== null && typeof def === "object" ? def.index : undefined;
+    }, section, name, function () { return ddocRequire; });
   }
   function reduceFun(name) {
     return fun("reduce\u0000" + name, function () {
@@ -563,6 +586,38 @@
           if (isFatal(err)) throw err;
           out[d] = stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
         }
+      }
+      currentId = null;
+      return header() + "\n" + out.join("\n");
+    },
+
+    // Runs the search index function `name` of `section` over each
+    // document: one line per document, the JSON array of the index()
+    // calls it made ([[arg, ...], ...]), or {"error", "reason"} when it
+    // threw (logged; that document is indexed with nothing).
+    index: function (section, name, docsJson) {
+      var f = indexFun(section, name);
+      var docs = parse(docsJson);
+      var out = new Array(docs.length);
+      for (var d = 0; d < docs.length; d++) {
+        tick();
+        var doc = docs[d];
+        docs[d] = undefined;
+        currentId = docId(doc);
+        deepFreeze(doc);
+        var calls = [];
+        indexCalls = calls;
+        try {
+          f(doc);
+          indexCalls = null;
+          out[d] = stringify(calls);
+        } catch (err) {
+          indexCalls = null;
+          if (isFatal(err)) rethrowFatal(err);
+          pushLog("function raised exception " + errstr(err) + " with doc._id " + docId(doc) + " (index " + name + ")");
+          out[d] = stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
+        }
+        if (typeof out[d] !== "string") out[d] = "[]";
       }
       currentId = null;
       return header() + "\n" + out.join("\n");
