@@ -77,6 +77,8 @@ pub struct Meta {
 #[derive(Debug, Clone)]
 pub(crate) struct Fields {
     pub id: TField,
+    /// The document's partition (partitioned indexes).
+    pub partition: TField,
     pub stored: TField,
     pub s: TField,
     pub d: TField,
@@ -123,6 +125,7 @@ impl std::fmt::Debug for SearchIndex {
 fn schema(spec: &NouveauSpec) -> (Schema, Fields) {
     let mut b = Schema::builder();
     let id = b.add_text_field("_id", STRING | STORED | FAST);
+    let partition = b.add_text_field("_partition", STRING);
     let stored = b.add_text_field("stored", STORED);
     let raw = TextFieldIndexing::default()
         .set_tokenizer("raw")
@@ -155,6 +158,7 @@ fn schema(spec: &NouveauSpec) -> (Schema, Fields) {
         b.build(),
         Fields {
             id,
+            partition,
             stored,
             s,
             d,
@@ -290,6 +294,22 @@ impl SearchIndex {
             Some(mut t) => analyzer::tokens(&mut t, text),
             None => Vec::new(),
         }
+    }
+
+    /// `query` confined to partition `p`.
+    pub fn in_partition(&self, query: Box<dyn Query>, p: &str) -> Box<dyn Query> {
+        // Scored 0: the hits keep their relevance.
+        let only: Box<dyn Query> = Box::new(BoostQuery::new(
+            Box::new(TermQuery::new(
+                Term::from_field_text(self.f.partition, p),
+                IndexRecordOption::Basic,
+            )),
+            0.0,
+        ));
+        Box::new(BooleanQuery::new(vec![
+            (TOccur::Must, query),
+            (TOccur::Must, only),
+        ]))
     }
 
     /// The tantivy query of a parsed query, with `meta`'s field types.
@@ -691,7 +711,10 @@ impl Follower for Updater<'_> {
             if self.index.spec.partitioned && partition.is_none() {
                 continue;
             }
-            let doc = self.document(id, fields)?;
+            let mut doc = self.document(id, fields)?;
+            if let (true, Some(p)) = (self.index.spec.partitioned, partition) {
+                doc.add_text(self.index.f.partition, p);
+            }
             self.writer.add_document(doc)?;
         }
         self.meta.update_seq = next.seq;

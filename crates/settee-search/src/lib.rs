@@ -284,6 +284,22 @@ impl Search {
         Ok(())
     }
 
+    /// A database was deleted: closes its indexes and removes their files
+    /// (of every incarnation of that name).
+    pub fn forget_db(&self, name: &str) -> Result<()> {
+        self.indexes.lock().retain(|((db, _), _), _| db != name);
+        let prefix = format!("{}-", hex::encode(name));
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                std::fs::remove_dir_all(entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
     /// The indexes being updated now, for `_active_tasks`.
     pub fn active(&self) -> Vec<Value> {
         use std::sync::atomic::Ordering::Relaxed;

@@ -55,6 +55,8 @@ pub struct SearchArgs {
     pub update: bool,
     pub bookmark: Option<String>,
     pub include_docs: bool,
+    /// Only the hits of this partition (a partitioned index's).
+    pub partition: Option<String>,
 }
 
 fn invalid(key: &str, shown: String) -> SearchError {
@@ -182,6 +184,7 @@ impl SearchArgs {
             update: true,
             bookmark: None,
             include_docs: false,
+            partition: None,
         })
     }
 
@@ -209,6 +212,7 @@ impl SearchArgs {
                 "update" => a.update = flag(k, v)?,
                 "include_docs" => a.include_docs = flag(k, v)?,
                 "bookmark" => a.bookmark = Some(v.to_string()),
+                "partition" => a.partition = Some(v.to_string()),
                 _ => {}
             }
         }
@@ -728,7 +732,15 @@ pub fn run(
     meta: &Meta,
 ) -> Result<(Map<String, Value>, Vec<String>)> {
     let node = crate::lucene::parse(&args.q).map_err(|e| SearchError::BadRequest(e.to_string()))?;
-    let query = index.compile(&node, meta)?;
+    let mut query = index.compile(&node, meta)?;
+    if let Some(p) = &args.partition {
+        if !index.spec.partitioned {
+            return Err(SearchError::BadRequest(
+                "`partition` parameter is not supported in this design doc".into(),
+            ));
+        }
+        query = index.in_partition(query, p);
+    }
     let keys = sort_keys(args.sort.as_deref(), meta)?;
     let searcher = index.searcher();
     let after = match &args.bookmark {

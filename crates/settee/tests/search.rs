@@ -545,6 +545,20 @@ fn updates_deletions_purges_and_design_changes_are_reflected() {
         202
     );
     assert_eq!(files(&new_sig), 0);
+    // A deleted database takes its search indexes' files with it.
+    let ddoc = json!({"nouveau": {"i": {"index": "function(doc){ index('text', 'default', doc.body); }"}}});
+    assert_eq!(put(&s, &format!("/{db}/_design/e"), &ddoc).status, 201);
+    assert_eq!(
+        post(
+            &s,
+            &format!("/{db}/_design/e/_nouveau/i"),
+            &json!({"q": "common"})
+        )["total_hits"],
+        27
+    );
+    assert!(!walk(&tmp.path().join("search")).is_empty());
+    assert_eq!(s.admin("DELETE", &format!("/{db}"), None).status, 200);
+    assert_eq!(walk(&tmp.path().join("search")), Vec::<String>::new());
     s.stop();
 }
 
@@ -765,4 +779,46 @@ fn reading_an_index_needs_what_reading_the_database_needs() {
         401,
         "cleanup is for the database's admins"
     );
+}
+
+#[test]
+fn a_partitioned_index_is_searched_by_partition() {
+    let s = shared();
+    let db = "search_part";
+    assert_eq!(
+        s.admin("PUT", &format!("/{db}?partitioned=true"), None)
+            .status,
+        201
+    );
+    bulk(
+        s,
+        db,
+        (0..12)
+            .map(|i| json!({"_id": format!("p{}:d{i:02}", i % 3), "t": "word", "n": i}))
+            .collect(),
+    );
+    let ddoc = json!({"nouveau": {"i": {"index": "function(doc){ index('text', 't', doc.t); index('double', 'n', doc.n); }"}}});
+    assert_eq!(put(s, &format!("/{db}/_design/d"), &ddoc).status, 201);
+    let v = get(
+        s,
+        &format!("/{db}/_partition/p1/_design/d/_nouveau/i?q=t:word&sort=%22n%22"),
+    );
+    assert_eq!(hit_ids(&v), ["p1:d01", "p1:d04", "p1:d07", "p1:d10"]);
+    assert_eq!(v["total_hits"], 4);
+    let v = post(
+        s,
+        &format!("/{db}/_partition/p2/_design/d/_nouveau/i"),
+        &json!({"q": "n:[0 TO 5]", "sort": "n"}),
+    );
+    assert_eq!(hit_ids(&v), ["p2:d02", "p2:d05"]);
+    let v = get(s, &format!("/{db}/_design/d/_nouveau/i?q=t:word"));
+    assert_eq!(v["total_hits"], 12, "a global query sees every partition");
+    // A partition of an index that is not partitioned.
+    couch_corpus(s, "search_part_not");
+    let r = s.admin(
+        "GET",
+        "/search_part_not/_design/foo/_nouveau/bar?q=*:*&partition=p1",
+        None,
+    );
+    assert_eq!(error(&r).0, 400, "{r:?}");
 }

@@ -42,12 +42,16 @@ pub async fn query(
     index: &str,
 ) -> ApiResult<Response> {
     let db = open(app, req, db, &[Method::GET, Method::POST], "GET, POST")?;
-    let args = if req.method == Method::POST {
+    let mut args = if req.method == Method::POST {
         SearchArgs::from_body(&req.json_object().await?)?
     } else {
         let pairs = req.query.pairs();
         SearchArgs::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?
     };
+    // `/db/_partition/{p}/_design/…/_nouveau/…` searches that partition.
+    if let Some(p) = &req.partition {
+        args.partition = Some(p.clone());
+    }
     let (app, ddoc_id, index) = (app.clone(), format!("_design/{ddoc}"), index.to_string());
     let answer =
         tokio::task::spawn_blocking(move || app.search.query(&db, &ddoc_id, &index, &args))
