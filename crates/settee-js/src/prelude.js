@@ -337,6 +337,25 @@
     throw err;
   }
 
+  // The driver's loop over a call's documents (map, index): each one
+  // sealed before `perDoc` sees it, its deadline renewed, its id kept for
+  // a timeout's report; `perDoc` returns the document's line.
+  function eachDoc(docsJson, perDoc) {
+    var docs = parse(docsJson);
+    var out = new Array(docs.length);
+    for (var d = 0; d < docs.length; d++) {
+      tick();
+      var doc = docs[d];
+      docs[d] = undefined;
+      currentId = docId(doc);
+      deepFreeze(doc);
+      var line = perDoc(doc);
+      out[d] = typeof line === "string" ? line : "[]";
+    }
+    currentId = null;
+    return header() + "\n" + out.join("\n");
+  }
+
   function docId(doc) {
     return doc !== null && typeof doc === "object" ? doc._id : undefined;
   }
@@ -557,14 +576,7 @@
       var names = parse(namesJson);
       var funs = new Array(names.length);
       for (var i = 0; i < names.length; i++) funs[i] = mapFun(names[i]);
-      var docs = parse(docsJson);
-      var out = new Array(docs.length);
-      for (var d = 0; d < docs.length; d++) {
-        tick();
-        var doc = docs[d];
-        docs[d] = undefined;
-        currentId = docId(doc);
-        deepFreeze(doc);
+      return eachDoc(docsJson, function (doc) {
         var perView = new Array(funs.length);
         for (var f = 0; f < funs.length; f++) {
           var rows = [];
@@ -581,14 +593,12 @@
           perView[f] = rows;
         }
         try {
-          out[d] = stringify(perView);
+          return stringify(perView);
         } catch (err) {
           if (isFatal(err)) throw err;
-          out[d] = stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
+          return stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
         }
-      }
-      currentId = null;
-      return header() + "\n" + out.join("\n");
+      });
     },
 
     // Runs the search index function `name` of `section` over each
@@ -597,30 +607,20 @@
     // threw (logged; that document is indexed with nothing).
     index: function (section, name, docsJson) {
       var f = indexFun(section, name);
-      var docs = parse(docsJson);
-      var out = new Array(docs.length);
-      for (var d = 0; d < docs.length; d++) {
-        tick();
-        var doc = docs[d];
-        docs[d] = undefined;
-        currentId = docId(doc);
-        deepFreeze(doc);
+      return eachDoc(docsJson, function (doc) {
         var calls = [];
         indexCalls = calls;
         try {
           f(doc);
           indexCalls = null;
-          out[d] = stringify(calls);
+          return stringify(calls);
         } catch (err) {
           indexCalls = null;
           if (isFatal(err)) rethrowFatal(err);
           pushLog("function raised exception " + errstr(err) + " with doc._id " + docId(doc) + " (index " + name + ")");
-          out[d] = stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
+          return stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
         }
-        if (typeof out[d] !== "string") out[d] = "[]";
-      }
-      currentId = null;
-      return header() + "\n" + out.join("\n");
+      });
     },
 
     // reduce(name, kvsJson, inputLength) and rereduce(name, valuesJson, inputLength):

@@ -230,17 +230,9 @@ impl Search {
     /// removes the files of the database's indexes no current design
     /// document defines, and those of its earlier incarnations.
     pub fn cleanup(&self, db: &Database) -> Result<()> {
-        let reader = db.reader()?;
-        let range = settee_db::IdRange {
-            start: Some("_design/".into()),
-            end: Some("_design0".into()),
-            inclusive_end: false,
-            ..settee_db::IdRange::default()
-        };
-        let mut ids = Vec::new();
-        reader.all_docs(&range, false, false, &mut |row| {
-            ids.push(row.id);
-            true
+        let ids = settee_views::registry::design_ids(db).map_err(|e| match e {
+            settee_views::ViewError::Db(d) => SearchError::Db(d),
+            other => SearchError::Index(other.to_string()),
         })?;
         let mut keep: Vec<String> = Vec::new();
         for id in ids {

@@ -392,21 +392,26 @@ fn cmp_seg(a: &SegVal, b: &SegVal) -> Ordering {
     }
 }
 
+/// `o`, an ascending comparison of two values of key `k`, in `k`'s order.
+fn directed(k: &SortKey, o: Ordering) -> Ordering {
+    match k {
+        SortKey::Score => o.reverse(),
+        SortKey::Double { desc, .. } | SortKey::Str { desc, .. } | SortKey::Id { desc } => {
+            if *desc {
+                o.reverse()
+            } else {
+                o
+            }
+        }
+        SortKey::Unknown => Ordering::Equal,
+    }
+}
+
 /// Orders two keys in sort order (Less: comes first).
 fn cmp_keys(keys: &[SortKey], a: &[SegVal], b: &[SegVal]) -> Ordering {
     for ((k, x), y) in keys.iter().zip(a).zip(b) {
         let o = cmp_seg(x, y);
-        let o = match k {
-            SortKey::Score => o.reverse(),
-            SortKey::Double { desc, .. } | SortKey::Str { desc, .. } | SortKey::Id { desc } => {
-                if *desc {
-                    o.reverse()
-                } else {
-                    o
-                }
-            }
-            SortKey::Unknown => Ordering::Equal,
-        };
+        let o = directed(k, o);
         if o != Ordering::Equal {
             return o;
         }
@@ -678,17 +683,7 @@ fn cmp_vals(keys: &[SortKey], a: &[OrderVal], b: &[OrderVal]) -> Ordering {
             (OrderVal::Str(_), OrderVal::Null) => Ordering::Greater,
             _ => cmp_seg(&seg(x), &seg(y)),
         };
-        let o = match k {
-            SortKey::Score => o.reverse(),
-            SortKey::Double { desc, .. } | SortKey::Str { desc, .. } | SortKey::Id { desc } => {
-                if *desc {
-                    o.reverse()
-                } else {
-                    o
-                }
-            }
-            SortKey::Unknown => Ordering::Equal,
-        };
+        let o = directed(k, o);
         if o != Ordering::Equal {
             return o;
         }
