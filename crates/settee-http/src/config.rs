@@ -389,6 +389,15 @@ impl Config {
         }
     }
 
+    /// The data directory the configuration was loaded from (None for an
+    /// ephemeral one).
+    pub fn data_dir(&self) -> Option<&Path> {
+        if self.path.as_os_str().is_empty() {
+            return None;
+        }
+        self.path.parent()
+    }
+
     pub fn settings(&self) -> Arc<Settings> {
         self.settings.read().clone()
     }

@@ -336,6 +336,33 @@ impl From<settee_views::ViewError> for ApiError {
     }
 }
 
+impl From<settee_search::SearchError> for ApiError {
+    fn from(e: settee_search::SearchError) -> ApiError {
+        use settee_search::SearchError as S;
+        match e {
+            S::NotFound(r) => ApiError::not_found(r),
+            S::QueryParse(r) => ApiError::query_parse(r),
+            // CouchDB 3.4 throws these with an error name its table does
+            // not know: 500 with that name.
+            S::QueryParser(r) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "query_parser_error", r)
+            }
+            S::BadRequest(r) => ApiError::bad_request(r),
+            S::InvalidDesignDoc(r) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_design_doc", r)
+            }
+            S::Js(j) => js_error(&j),
+            S::Db(d) => ApiError::from(d),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "search_error",
+                other.to_string(),
+            )
+            .with_ref(),
+        }
+    }
+}
+
 impl From<settee_auth::AuthError> for ApiError {
     fn from(e: settee_auth::AuthError) -> ApiError {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

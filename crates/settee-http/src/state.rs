@@ -90,6 +90,9 @@ pub struct AppState {
     pub js: Arc<JsEngine>,
     /// The views of every database.
     pub views: settee_views::Views,
+    /// The search indexes of every database (under `search/` in the data
+    /// directory, beside the storage engine's).
+    pub search: settee_search::Search,
     /// `validate_doc_update` and changes filters (on `js`).
     pub design: Design,
     /// Parsed security objects by database, each with the stored text it
@@ -166,6 +169,13 @@ impl AppState {
         if let Err(e) = views.start_auto_update(engine.clone(), std::time::Duration::from_secs(1)) {
             tracing::warn!(error = %e, "cannot start background view updates");
         }
+        let search = settee_search::Search::new(
+            Arc::clone(&js),
+            config.data_dir().map(|d| d.join("search")),
+        )
+        .map_err(|e| JsError::Unavailable {
+            reason: format!("cannot open the search index directory: {e}"),
+        })?;
         let scheduler = Arc::new(settee_replicator::Scheduler::new(
             server_uuid.clone(),
             NODE_NAME.to_string(),
@@ -188,6 +198,7 @@ impl AppState {
             closing: tokio::sync::watch::channel(false).0,
             idle_poll,
             views,
+            search,
             design: Design::new(Arc::clone(&js), DesignConfig::default()),
             security: Mutex::new(HashMap::new()),
             replicator: Arc::clone(&scheduler),

@@ -39,6 +39,17 @@ pub struct MapOutput {
     pub logs_dropped: u64,
 }
 
+/// What [`JsEngine::index_docs`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexOutput {
+    /// One entry per input document, in input order: the arguments of each
+    /// `index(...)` call, in call order; `Err` when the function threw for
+    /// the document (or the input was not a JSON object).
+    pub docs: Vec<Result<Vec<Vec<Value>>, JsError>>,
+    /// What the call logged, in order (also sent to `tracing`).
+    pub logs: Vec<String>,
+}
+
 /// A pool of JavaScript workers running CouchDB's query-server functions.
 ///
 /// Every call has a blocking form, which must not be used on an async
@@ -122,6 +133,48 @@ impl JsEngine {
             let out = job.await?;
             finish_map(&id, out, accepted, count, view_count)
         }
+    }
+
+    /// Runs the search index function `name` of design-document section
+    /// `section` (`"nouveau"`, or `"indexes"` for Clouseau-style search)
+    /// over `docs`: for each document, in input order, the arguments of
+    /// every `index(...)` call it made, as JSON values (`undefined` reads
+    /// as `null`), for the caller to check. A function that throws for a
+    /// document gives that document an `Err` (and a log line); what ends
+    /// a map call ends this one too.
+    pub fn index_docs<D: JsonDoc>(
+        &self,
+        ddoc: &DesignDoc,
+        section: &str,
+        name: &str,
+        docs: &[D],
+    ) -> Result<IndexOutput, JsError> {
+        let batch = batch(docs);
+        let (accepted, count, docs_json) = (batch.accepted, batch.count, batch.json);
+        let ddoc = ddoc.clone();
+        let id = ddoc.id().to_string();
+        let args = (section.to_string(), name.to_string(), docs_json);
+        let job = self.pool.run(move |w| w.call(&ddoc, "index", args));
+        let out = crate::pool_block_on(job)?;
+        log_lines(&id, &out);
+        let mut lines = out.body.split('\n').filter(|_| count > 0);
+        let mut results = Vec::with_capacity(accepted.len());
+        for input in accepted {
+            results.push(match input {
+                Err(reason) => Err(JsError::InvalidInput { reason }),
+                Ok(()) => {
+                    let line = lines.next().ok_or_else(|| malformed("index", &out.body))?;
+                    parse_index_line(line)
+                }
+            });
+        }
+        if lines.next().is_some() {
+            return Err(malformed("index", &out.body));
+        }
+        Ok(IndexOutput {
+            docs: results,
+            logs: out.logs,
+        })
     }
 
     /// Compiles the map function of `view` (and, with `reduce`, its
@@ -561,6 +614,27 @@ fn parse_map_line(line: &str, view_count: usize) -> Result<Vec<ViewRows>, JsErro
         return Err(malformed("map", line));
     }
     Ok(rows)
+}
+
+/// One document's line of an index call: `[[arg, ...], ...]`, or
+/// `{"error": name, "reason": text}` when the function threw for it.
+fn parse_index_line(line: &str) -> Result<Vec<Vec<Value>>, JsError> {
+    match serde_json::from_str::<Value>(line).map_err(|_| malformed("index", line))? {
+        Value::Array(calls) => Ok(calls
+            .into_iter()
+            .map(|c| match c {
+                Value::Array(args) => args,
+                other => vec![other],
+            })
+            .collect()),
+        v => {
+            let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            Err(JsError::Runtime {
+                name: text("error"),
+                reason: text("reason"),
+            })
+        }
+    }
 }
 
 /// What CouchDB makes of a non-`Error` value thrown by `validate_doc_update`:

@@ -1,5 +1,6 @@
 //! CouchDB's JavaScript query-server environment, embedded: map, reduce and
-//! rereduce, `validate_doc_update`, changes filters and `_view` filters,
+//! rereduce, search index functions (`index(...)` calls), `validate_doc_update`,
+//! changes filters and `_view` filters,
 //! with the globals CouchDB gives design functions (`emit`, `log`, `sum`,
 //! `toJSON`, `isArray`, `JSON`, `require` of CommonJS modules).
 //!
@@ -39,7 +40,7 @@ mod stats;
 
 pub use config::JsConfig;
 pub use ddoc::DesignDoc;
-pub use engine::{JsEngine, MapOutput, ViewRows};
+pub use engine::{IndexOutput, JsEngine, MapOutput, ViewRows};
 pub use error::{JsError, ValidateError};
 pub use input::JsonDoc;
 pub use runtime::ListIo;

@@ -104,6 +104,19 @@
   global.toJSON = stringify;
   global.isArray = isArray;
 
+  // index(...) of search index functions (Nouveau's index(type, name,
+  // value, options), Clouseau's index(name, value, options)): the calls
+  // are collected as they were made, arguments and all, for the engine's
+  // caller to check; outside an index call it does nothing.
+  var indexCalls = null;
+  function index() {
+    if (indexCalls === null) return;
+    var args = new Array(arguments.length);
+    for (var i = 0; i < arguments.length; i++) args[i] = arguments[i];
+    indexCalls[indexCalls.length] = args;
+  }
+  global.index = index;
+
   // Seal a document, and everything in it, before map functions see it, so
   // that no map function can change what the next one gets. Documents come
   // from JSON.parse: a tree of plain objects and arrays, no cycles, no
@@ -274,6 +287,16 @@
       return v && v.map;
     }, "views", name, mapRequire);
   }
+  // Search index functions: ddoc[section][name].index (section "nouveau"
+  // or "indexes"); they see the whole design document's require, as
+  // CouchDB's search index functions do.
+  function indexFun(section, name) {
+    return fun("index\u0000" + section + "\u0000" + name, function () {
+      var all = ddoc[section];
+      var def = all !== null && typeof all === "object" && hasOwn(all, name) ? all[name] : undefined;
+      return def !== null && typeof def === "object" ? def.index : undefined;
+    }, section, name, function () { return ddocRequire; });
+  }
   function reduceFun(name) {
     return fun("reduce\u0000" + name, function () {
       var v = viewOf(name);
@@ -312,6 +335,25 @@
     if (err === "fatal_error") throw ["error", "map_runtime_error", "function raised 'fatal_error'"];
     if (isArray(err)) throw ["error", String(err[1]), String(err[2])];
     throw err;
+  }
+
+  // The driver's loop over a call's documents (map, index): each one
+  // sealed before `perDoc` sees it, its deadline renewed, its id kept for
+  // a timeout's report; `perDoc` returns the document's line.
+  function eachDoc(docsJson, perDoc) {
+    var docs = parse(docsJson);
+    var out = new Array(docs.length);
+    for (var d = 0; d < docs.length; d++) {
+      tick();
+      var doc = docs[d];
+      docs[d] = undefined;
+      currentId = docId(doc);
+      deepFreeze(doc);
+      var line = perDoc(doc);
+      out[d] = typeof line === "string" ? line : "[]";
+    }
+    currentId = null;
+    return header() + "\n" + out.join("\n");
   }
 
   function docId(doc) {
@@ -534,14 +576,7 @@
       var names = parse(namesJson);
       var funs = new Array(names.length);
       for (var i = 0; i < names.length; i++) funs[i] = mapFun(names[i]);
-      var docs = parse(docsJson);
-      var out = new Array(docs.length);
-      for (var d = 0; d < docs.length; d++) {
-        tick();
-        var doc = docs[d];
-        docs[d] = undefined;
-        currentId = docId(doc);
-        deepFreeze(doc);
+      return eachDoc(docsJson, function (doc) {
         var perView = new Array(funs.length);
         for (var f = 0; f < funs.length; f++) {
           var rows = [];
@@ -558,14 +593,34 @@
           perView[f] = rows;
         }
         try {
-          out[d] = stringify(perView);
+          return stringify(perView);
         } catch (err) {
           if (isFatal(err)) throw err;
-          out[d] = stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
+          return stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
         }
-      }
-      currentId = null;
-      return header() + "\n" + out.join("\n");
+      });
+    },
+
+    // Runs the search index function `name` of `section` over each
+    // document: one line per document, the JSON array of the index()
+    // calls it made ([[arg, ...], ...]), or {"error", "reason"} when it
+    // threw (logged; that document is indexed with nothing).
+    index: function (section, name, docsJson) {
+      var f = indexFun(section, name);
+      return eachDoc(docsJson, function (doc) {
+        var calls = [];
+        indexCalls = calls;
+        try {
+          f(doc);
+          indexCalls = null;
+          return stringify(calls);
+        } catch (err) {
+          indexCalls = null;
+          if (isFatal(err)) rethrowFatal(err);
+          pushLog("function raised exception " + errstr(err) + " with doc._id " + docId(doc) + " (index " + name + ")");
+          return stringify({ error: String(err && err.name || "Error"), reason: errstr(err) });
+        }
+      });
     },
 
     // reduce(name, kvsJson, inputLength) and rereduce(name, valuesJson, inputLength):

@@ -1158,3 +1158,48 @@ fn a_full_queue_makes_callers_wait_not_fail() {
     }
     assert_eq!(e.stats().calls, 18);
 }
+
+#[test]
+fn index_functions_give_their_calls_per_document() {
+    let e = engine(1);
+    let d = ddoc(
+        json!({"_id": "_design/s", "lib": {"m": "exports.f = function(x){ return x + '!'; }"},
+        "nouveau": {"i": {"index": "function(doc){ if (doc.bad) throw new Error('no'); var m = require('lib/m'); index('text', 't', m.f(doc.t), {store: true}); index('double', 'n', doc.n); index('stored', 'u', doc.missing); }"}}}),
+    );
+    let out = e
+        .index_docs(
+            &d,
+            "nouveau",
+            "i",
+            &[
+                json!({"_id": "a", "t": "x", "n": 2}),
+                json!({"_id": "b", "bad": true}),
+                json!({"_id": "c", "t": "y", "n": 3}),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        out.docs[0].as_ref().unwrap(),
+        &vec![
+            vec![
+                json!("text"),
+                json!("t"),
+                json!("x!"),
+                json!({"store": true})
+            ],
+            vec![json!("double"), json!("n"), json!(2)],
+            vec![json!("stored"), json!("u"), Value::Null],
+        ]
+    );
+    assert!(out.docs[1].is_err(), "a document the function throws for");
+    assert_eq!(out.docs[2].as_ref().unwrap()[1][2], json!(3));
+    assert!(
+        out.logs.iter().any(|l| l.contains("with doc._id b")),
+        "{:?}",
+        out.logs
+    );
+    // A missing index function is the call's error.
+    assert!(e
+        .index_docs(&d, "nouveau", "nope", &[json!({"_id": "a"})])
+        .is_err());
+}

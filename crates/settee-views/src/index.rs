@@ -4,7 +4,7 @@
 //! - **One updater at a time.** [`Index::update`] holds the index's update
 //!   lock; a caller that finds it taken waits and then finds the index
 //!   (nearly) current.
-//! - **Incremental.** An update reads the database's changes after the
+//! - **Incremental** (the shared loop of [`crate::follow`]). An update reads the database's changes after the
 //!   index's sequence, a batch of at most [`UPDATE_BATCH`] documents at a
 //!   time, from one database snapshot: only those documents are mapped;
 //!   each one's old rows (found through its back entry) are replaced by
@@ -40,6 +40,7 @@ use settee_js::{JsEngine, ViewRows};
 
 use crate::blocks::Blocks;
 use crate::error::{Result, ViewError};
+use crate::follow::{Follower, Position};
 use crate::layout::{self, BackEntry, IndexState, RowValue};
 use crate::offsets::Offsets;
 use crate::spec::IndexSpec;
@@ -90,7 +91,7 @@ impl std::fmt::Debug for Index {
     }
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -184,7 +185,7 @@ impl Index {
     }
 
     /// Applies the database's changes (and purges) until the index has
-    /// caught up with it.
+    /// caught up with it (the shared loop, [`crate::follow::catch_up`]).
     fn catch_up(
         &self,
         db: &Database,
@@ -192,56 +193,18 @@ impl Index {
         state: &mut IndexState,
         blocks: &mut Option<Blocks>,
     ) -> Result<IndexState> {
-        let mut state = state.clone();
-        loop {
-            let reader = db.reader()?;
-            let dbs = reader.state()?;
-            let mut next = state.clone();
-            let mut ids: Vec<(String, bool)> = Vec::new();
-            if dbs.purge_seq > state.purge_seq {
-                match reader.purges_after(state.purge_seq)? {
-                    Some(purged) => ids.extend(purged.into_iter().map(|(_, id)| (id, false))),
-                    None => {
-                        self.reset()?;
-                        state = IndexState::default();
-                        state.rows.resize(self.spec.views.len(), 0);
-                        *blocks = Some(Blocks::load(&self.space.snapshot()?, &self.spec)?);
-                        continue;
-                    }
-                }
-                next.purge_seq = dbs.purge_seq;
-            }
-            if self.progress.total_changes.load(Ordering::Relaxed) == 0 {
-                let total = dbs.update_seq.saturating_sub(state.seq);
-                self.progress.total_changes.store(total, Ordering::Relaxed);
-            }
-            let mut taken = 0usize;
-            let mut last = state.seq;
-            reader.changes(state.seq, false, UPDATE_BATCH as u64, &mut |row| {
-                taken += 1;
-                last = row.seq;
-                let deleted = row.leaves.first().is_none_or(|l| l.1);
-                ids.push((row.id, deleted));
-                true
-            })?;
-            let caught_up = taken < UPDATE_BATCH;
-            next.seq = if caught_up { dbs.update_seq } else { last };
-            if ids.is_empty() && next == state {
-                return Ok(state);
-            }
-            let b = blocks
-                .as_mut()
-                .ok_or_else(|| ViewError::Corrupt("view blocks not loaded".into()))?;
-            self.apply(&reader, js, ids, &mut next, b)?;
-            state = next;
-            self.progress
-                .changes_done
-                .fetch_add(taken as u64, Ordering::Relaxed);
-            self.progress.updated_s.store(now_s(), Ordering::Relaxed);
-            if caught_up && dbs.purge_seq == state.purge_seq {
-                return Ok(state);
-            }
-        }
+        let at = Position {
+            seq: state.seq,
+            purge_seq: state.purge_seq,
+        };
+        let mut follow = ViewFollower {
+            index: self,
+            js,
+            state: state.clone(),
+            blocks,
+        };
+        crate::follow::catch_up(db, at, UPDATE_BATCH, &self.progress, &mut follow)?;
+        Ok(follow.state)
     }
 
     /// Drops every row, back entry and the state of the index.
@@ -376,6 +339,41 @@ impl Index {
             &layout::encode(&*next),
         );
         self.space.write(batch)?;
+        Ok(())
+    }
+}
+
+/// A view index as the shared updater loop drives it: its state and the
+/// updater's copy of its blocks.
+struct ViewFollower<'a> {
+    index: &'a Index,
+    js: &'a JsEngine,
+    state: IndexState,
+    blocks: &'a mut Option<Blocks>,
+}
+
+impl Follower for ViewFollower<'_> {
+    type Error = ViewError;
+
+    fn reset(&mut self) -> Result<()> {
+        let index = self.index;
+        index.reset()?;
+        self.state = IndexState::default();
+        self.state.rows.resize(index.spec.views.len(), 0);
+        *self.blocks = Some(Blocks::load(&index.space.snapshot()?, &index.spec)?);
+        Ok(())
+    }
+
+    fn apply(&mut self, reader: &Reader, ids: Vec<(String, bool)>, next: Position) -> Result<()> {
+        let mut state = self.state.clone();
+        state.seq = next.seq;
+        state.purge_seq = next.purge_seq;
+        let b = self
+            .blocks
+            .as_mut()
+            .ok_or_else(|| ViewError::Corrupt("view blocks not loaded".into()))?;
+        self.index.apply(reader, self.js, ids, &mut state, b)?;
+        self.state = state;
         Ok(())
     }
 }

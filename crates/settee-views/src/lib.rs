@@ -6,6 +6,8 @@
 //!   signature that names its index;
 //! - [`layout`]: the index's keys and records in its database's index
 //!   space (`settee_db::IndexSpace`);
+//! - [`follow`]: the updater loop every index built from a database's
+//!   changes shares (views here, search indexes in settee-search);
 //! - [`index`]: one index and its incremental, crash-safe updater (map
 //!   functions run in parallel on the JavaScript engine);
 //! - [`args`]: a query's arguments, parsed and checked as CouchDB does
@@ -23,6 +25,7 @@ pub mod args;
 mod auto;
 pub mod blocks;
 pub mod error;
+pub mod follow;
 pub mod index;
 pub mod layout;
 mod offsets;

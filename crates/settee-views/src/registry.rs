@@ -52,7 +52,7 @@ type SpecCache = HashMap<(DbKey, String), (String, Arc<IndexSpec>)>;
 pub(crate) type IndexCache = HashMap<(DbKey, [u8; 16]), Arc<Index>>;
 
 /// The ids of a database's design documents, in id order.
-fn design_ids(db: &Database) -> Result<Vec<String>> {
+pub fn design_ids(db: &Database) -> Result<Vec<String>> {
     let reader = db.reader()?;
     let range = settee_db::IdRange {
         start: Some("_design/".into()),

@@ -110,8 +110,14 @@ pub async fn db(app: &App, req: &mut Req, name: &str) -> ApiResult<Response> {
             if settee_core::name::validate_db_name(name).is_err() {
                 return Err(settee_db::Error::NotFound("Database does not exist.").into());
             }
-            let (engine, n) = (app.engine.clone(), name.to_string());
-            tokio::task::spawn_blocking(move || engine.delete_db(&n)).await??;
+            let (engine, n, app) = (app.engine.clone(), name.to_string(), app.clone());
+            tokio::task::spawn_blocking(move || -> ApiResult<()> {
+                engine.delete_db(&n)?;
+                // Its search indexes' files go with it.
+                app.search.forget_db(&n)?;
+                Ok(())
+            })
+            .await??;
             Ok(ok_json(StatusCode::OK))
         }
         Method::POST => {

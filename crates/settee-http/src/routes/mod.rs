@@ -22,6 +22,7 @@ pub mod mango;
 pub mod partition;
 pub mod replicate;
 pub mod rewrite;
+pub mod search;
 pub mod server;
 pub mod show;
 pub mod update;
@@ -176,6 +177,7 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
             Err(ApiError::not_found("missing"))
         }
         [db, "_view_cleanup"] => view::cleanup(app, req, db).await,
+        [db, "_nouveau_cleanup"] => search::cleanup(app, req, db).await,
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
@@ -203,6 +205,10 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
             view::queries(app, req, db, ddoc, view).await
         }
         [db, "_design", ddoc, "_info"] => view::info(app, req, db, ddoc).await,
+        [db, "_design", ddoc, "_nouveau", index] => search::query(app, req, db, ddoc, index).await,
+        [db, "_design", ddoc, "_nouveau_info", index] => {
+            search::info(app, req, db, ddoc, index).await
+        }
         [db, "_design", ddoc, "_show", rest @ ..] => show::show(app, req, db, ddoc, rest, &s).await,
         [db, "_design", ddoc, "_update", rest @ ..] => {
             update::update(app, req, db, ddoc, rest, &s).await
@@ -263,6 +269,7 @@ const DB_ENDPOINTS: &[&str] = &[
     "_index",
     "_local_docs",
     "_missing_revs",
+    "_nouveau_cleanup",
     "_partition",
     "_purge",
     "_purged_infos_limit",

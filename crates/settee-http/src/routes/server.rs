@@ -26,7 +26,7 @@ const GET: &[Method] = &[Method::GET, Method::HEAD];
 
 /// The `features` of `GET /`, in CouchDB's order: partitioned databases
 /// and the replication scheduler.
-pub const FEATURES: [&str; 2] = ["partitioned", "scheduler"];
+pub const FEATURES: [&str; 3] = ["nouveau", "partitioned", "scheduler"];
 
 pub fn welcome(app: &App, req: &Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
@@ -407,6 +407,7 @@ pub fn active_tasks(app: &App, req: &Req) -> ApiResult<Response> {
     }
     drop(compactions);
     tasks.extend(app.views.active().into_iter().map(on_this_node));
+    tasks.extend(app.search.active().into_iter().map(on_this_node));
     tasks.extend(app.replicator.active_tasks());
     tasks.extend(app.purger.get().and_then(|p| p.active()).map(on_this_node));
     if let Some(c) = app.coordinator() {

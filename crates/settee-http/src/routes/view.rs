@@ -163,12 +163,29 @@ pub async fn info(app: &App, req: &mut Req, db: &str, ddoc: &str) -> ApiResult<R
     Ok(json_value(StatusCode::OK, &info))
 }
 
-/// `POST /db/_view_cleanup`: drops indexes no design document uses.
+/// `POST /db/_view_cleanup`: drops indexes no design document uses (the
+/// search indexes' too).
 pub async fn cleanup(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
+    cleanup_with(app, req, db, |app, db| {
+        app.views.cleanup(db)?;
+        app.search.cleanup(db)?;
+        Ok(())
+    })
+    .await
+}
+
+/// A `POST /db/_*_cleanup`: database admins only, `run` on the blocking
+/// pool, 202.
+pub async fn cleanup_with(
+    app: &App,
+    req: &mut Req,
+    db: &str,
+    run: fn(&App, &settee_db::Database) -> ApiResult<()>,
+) -> ApiResult<Response> {
     allow(req, &[Method::POST], "POST")?;
     crate::auth::require_db_admin_to_compact(req)?;
     let db = app.db(db)?;
     let app = app.clone();
-    tokio::task::spawn_blocking(move || app.views.cleanup(&db)).await??;
+    tokio::task::spawn_blocking(move || run(&app, &db)).await??;
     Ok(json_response(StatusCode::ACCEPTED, "{\"ok\":true}".into()))
 }

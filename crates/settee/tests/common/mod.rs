@@ -36,6 +36,13 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// (status, `error`, `reason`) of an error answer.
+    pub fn error_triple(&self) -> (u16, String, String) {
+        let v = self.json();
+        let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+        (self.status, text("error"), text("reason"))
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
@@ -230,6 +237,14 @@ impl Server {
             headers,
             body,
         )
+    }
+
+    /// `POST /{db}/_bulk_docs` of `docs` as admin, asserting 201: the results.
+    pub fn bulk(&self, db: &str, docs: Vec<Value>) -> Vec<Value> {
+        let body = serde_json::json!({ "docs": docs }).to_string();
+        let r = self.admin("POST", &format!("/{db}/_bulk_docs"), Some(&body));
+        assert_eq!(r.status, 201, "{r:?}");
+        r.json().as_array().expect("results").clone()
     }
 
     /// Creates a database (as admin) and asserts success.
