@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parse, href } from "../src/route";
 import { path, docPath, qs, bytes, isDbAdmin, isServerAdmin } from "../src/api";
-import { rates } from "../src/metrics";
+import { latency, rates } from "../src/metrics";
 import { short } from "../src/ui";
 
 test("routes round-trip through the hash, odd names included", () => {
@@ -76,4 +76,11 @@ test("table cells are shortened JSON", () => {
   assert.equal(short({ a: 1 }), '{"a":1}');
   assert.equal(short("x".repeat(100), 10), "xxxxxxxxx…");
   assert.equal(short(undefined), "");
+});
+
+test("latency percentiles come from request_time's pairs, 0 when absent", () => {
+  const pairs = [[50, 1.5], [75, 2], [90, 3], [95, 4.25], [99, 9], [999, 12]];
+  assert.deepEqual(latency(pairs), { p50: 1.5, p95: 4.25, p99: 9 });
+  assert.deepEqual(latency(undefined), { p50: 0, p95: 0, p99: 0 });
+  assert.deepEqual(latency([[50, "x"]]), { p50: 0, p95: 0, p99: 0 });
 });

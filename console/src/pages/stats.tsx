@@ -6,7 +6,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { api, bytes } from "../api";
 import { ErrorBox } from "../ui";
-import { rates } from "../metrics";
+import { latency, rates } from "../metrics";
 
 const POLL_MS = 2000;
 const KEEP = 150;
@@ -21,6 +21,10 @@ interface Sample {
   s5xx: number;
   mem: Record<string, number>;
   uptime: number;
+  // Request time percentiles over the server's last 10 s, in ms.
+  p50: number;
+  p95: number;
+  p99: number;
 }
 
 function sample(stats: any, sys: any): Sample {
@@ -38,6 +42,7 @@ function sample(stats: any, sys: any): Sample {
     s5xx: sum("5"),
     mem: sys.memory ?? {},
     uptime: sys.uptime ?? 0,
+    ...latency(c.request_time?.value?.percentile),
   };
 }
 
@@ -70,7 +75,6 @@ export function Stats() {
       <ErrorBox error={error} />
       <p class="muted">
         Sampled every {POLL_MS / 1000} s while this page is open{last ? `; up ${Math.round(last.uptime)} s` : ""}.
-        Latency percentiles are not charted: the server does not report them yet.
         Scrapers read the same numbers at{" "}
         <a id="prometheus-link" href="/_node/_local/_prometheus">/_node/_local/_prometheus</a>.
       </p>
@@ -82,6 +86,8 @@ export function Stats() {
             series={[["requests", rates(samples, (s) => s.requests)]]} />
           <Chart id="chart-docs" title="Documents read and written per second" unit="/s" x={times}
             series={[["read", rates(samples, (s) => s.reads)], ["written", rates(samples, (s) => s.writes)]]} />
+          <Chart id="chart-latency" title="Request time (last 10 s)" unit=" ms" x={samples.map((s) => s.t)}
+            series={[["p50", samples.map((s) => s.p50)], ["p95", samples.map((s) => s.p95)], ["p99", samples.map((s) => s.p99)]]} />
           <Chart id="chart-status" title="Responses per second by status" unit="/s" x={times}
             series={[["2xx", rates(samples, (s) => s.s2xx)], ["4xx", rates(samples, (s) => s.s4xx)], ["5xx", rates(samples, (s) => s.s5xx)]]} />
           <Chart id="chart-memory" title="Memory" unit="B" x={samples.map((s) => s.t)}
@@ -99,8 +105,10 @@ function Chart(props: { id: string; title: string; unit: string; x: number[]; se
   const plot = useRef<uPlot | null>(null);
   const names = props.series.map(([n]) => n).join(",");
   const data = [props.x, ...props.series.map(([, v]) => v)] as uPlot.AlignedData;
+  // Milliseconds of fast requests need more than one decimal.
+  const digits = props.unit === " ms" ? 2 : 1;
   useEffect(() => {
-    const fmt = (v: number | null) => (v === null ? "–" : props.unit === "B" ? bytes(v) : `${v.toFixed(1)}${props.unit}`);
+    const fmt = (v: number | null) => (v === null ? "–" : props.unit === "B" ? bytes(v) : `${v.toFixed(digits)}${props.unit}`);
     const opts: uPlot.Options = {
       width: Math.max(280, host.current!.clientWidth - 8),
       height: 180,
@@ -116,7 +124,7 @@ function Chart(props: { id: string; title: string; unit: string; x: number[]; se
   });
   const now = props.series.map(([n, v]) => {
     const x = v[v.length - 1] ?? 0;
-    return `${n} ${props.unit === "B" ? bytes(x) : x.toFixed(1) + props.unit}`;
+    return `${n} ${props.unit === "B" ? bytes(x) : x.toFixed(digits) + props.unit}`;
   });
   return (
     <div class="card chart">

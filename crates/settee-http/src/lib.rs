@@ -35,6 +35,7 @@ pub mod purge_holds;
 pub mod render;
 pub mod replicator_db;
 pub mod request;
+pub mod request_time;
 pub mod routes;
 pub mod server;
 pub mod state;
@@ -66,6 +67,7 @@ pub fn router(app: App) -> axum::Router {
 async fn handle(State(app): State<App>, req: Request) -> Response {
     let _in_flight = app.idle_poll.as_ref().map(|p| p.begin());
     app.stats.count_request(req.method());
+    let arrived = std::time::Instant::now();
     let settings = app.config.settings();
     let origin = req.headers().get(header::ORIGIN).cloned();
     let cors_origin = origin.filter(|o| cors_allowed(&settings, o));
@@ -107,6 +109,7 @@ async fn handle(State(app): State<App>, req: Request) -> Response {
         }
     }
     app.stats.count_status(resp.status().as_u16());
+    app.stats.request_times.record(arrived.elapsed());
     resp
 }
 

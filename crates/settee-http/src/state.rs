@@ -35,6 +35,8 @@ pub struct Stats {
     pub bulk_requests: AtomicU64,
     pub docs_read: AtomicU64,
     pub docs_written: AtomicU64,
+    /// `couchdb.request_time`.
+    pub request_times: crate::request_time::RequestTimes,
 }
 
 impl Default for Stats {
@@ -46,6 +48,7 @@ impl Default for Stats {
             bulk_requests: AtomicU64::new(0),
             docs_read: AtomicU64::new(0),
             docs_written: AtomicU64::new(0),
+            request_times: Default::default(),
         }
     }
 }

@@ -754,6 +754,17 @@ async fn admin_manages_users_security_replication_config_and_watches_stats() {
         if absent(c, "#chart-docs canvas").await? {
             return Err("no chart drawn".into());
         }
+        // The requests just made are in the request-time chart
+        // (`couchdb.request_time` over the server's last 10 s).
+        let t = text_of(c, "#chart-latency-now", "p99").await?;
+        let p99: Option<f64> = t
+            .split("p99 ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok());
+        if !p99.is_some_and(|v| v > 0.0) {
+            return Err(format!("no request time charted: {t:?}"));
+        }
         // The Prometheus endpoint the page links to, read with the session.
         let href = c
             .find(Locator::Css("#prometheus-link"))

@@ -33,10 +33,7 @@ const MIN_TESTS: u64 = 20;
 /// (`@settee_differs` in the suite skips them on Settee, with the reason).
 /// Exactly these may be skipped, so a new skip fails, and one whose
 /// difference is gone must be taken off this list and the decorator.
-const KNOWN_DIFFERENCES: &[&str] = &[
-    // No couchdb.request_time histogram in /_node/_local/_stats.
-    "NodeTests.test_stats_request_time",
-];
+const KNOWN_DIFFERENCES: &[&str] = &[];
 
 #[test]
 fn couchdb3_interop_suite() {

@@ -561,6 +561,7 @@ fn stats(app: &App) -> Value {
         "database_writes": counter(s.docs_written.load(Ordering::Relaxed), "number of times a database was changed"),
         "httpd_request_methods": methods,
         "httpd_status_codes": statuses,
+        "request_time": s.request_times.stat(),
         "auto_purge": auto_purge_stats(app),
     }})
 }
