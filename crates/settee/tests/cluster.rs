@@ -451,7 +451,7 @@ fn cluster_setup_answers_as_couchdb_for_what_settee_needs_no_step_for() {
         v["reason"].as_str().unwrap_or("").contains("not a member"),
         "{v}"
     );
-    let (st, v) = setup(&a, &add(unused_port()));
+    let (st, v) = setup(&a, &add(etcd_common::free_port()));
     assert_eq!(st, 400, "{v}");
     assert!(
         v["reason"].as_str().unwrap_or("").contains("cannot reach"),
@@ -474,12 +474,4 @@ fn cluster_setup_answers_as_couchdb_for_what_settee_needs_no_step_for() {
         setup(&a, r#"{"action":"finish_cluster"}"#).1["reason"],
         json!("Cluster is already finished")
     );
-}
-
-/// A loopback port nothing listens on (bound, then released).
-fn unused_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cluster_support::eventually;
 use nemesis_support::check::{quantile, settled, verify};
 use nemesis_support::etcd3::Etcd3;
 use nemesis_support::load::{self, History};
@@ -420,18 +421,6 @@ fn no_acknowledged_write_is_lost_under_faults() {
     assert!(verdict.clean(), "{verdict:#?}");
 }
 
-/// Polls `f` every 100 ms for at most `limit`; whether it held.
-fn within(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
-
 #[test]
 fn a_member_cut_from_etcd_refuses_writes_and_rejoins_as_does_a_paused_one() {
     let etcd = Etcd3::start();
@@ -447,13 +436,10 @@ fn a_member_cut_from_etcd_refuses_writes_and_rejoins_as_does_a_paused_one() {
     assert_eq!(put(&m, 1, "before").status, 201);
 
     m.etcd_link(1, Some(Cut::Refuse));
-    assert!(
-        within(Duration::from_secs(4 * LEASE_S), || m
-            .server(1)
-            .admin("GET", "/_up", None)
-            .status
-            == 503),
-        "b still says it is up"
+    eventually(
+        Duration::from_secs(4 * LEASE_S),
+        "b still says it is up",
+        || m.server(1).admin("GET", "/_up", None).status == 503,
     );
     let r = put(&m, 1, "while-cut");
     assert_eq!(r.status, 503, "{r:?}");
@@ -465,18 +451,15 @@ fn a_member_cut_from_etcd_refuses_writes_and_rejoins_as_does_a_paused_one() {
     assert!(r.status == 201 || r.status == 202, "{r:?}");
 
     m.etcd_link(1, None);
-    assert!(
-        within(Duration::from_secs(10), || m
-            .server(1)
-            .admin("GET", "/_up", None)
-            .status
-            == 200),
-        "b did not rejoin after the link healed"
+    eventually(
+        Duration::from_secs(10),
+        "b did not rejoin after the link healed",
+        || m.server(1).admin("GET", "/_up", None).status == 200,
     );
-    assert!(
-        within(Duration::from_secs(10), || put(&m, 1, "after-cut").status
-            == 201),
-        "b does not take writes after rejoining"
+    eventually(
+        Duration::from_secs(10),
+        "b does not take writes after rejoining",
+        || put(&m, 1, "after-cut").status == 201,
     );
 
     // Paused past its lease: counted out, then back by itself.
@@ -485,18 +468,18 @@ fn a_member_cut_from_etcd_refuses_writes_and_rejoins_as_does_a_paused_one() {
     let members = m.server(0).admin("GET", "/_membership", None).json();
     assert_eq!(members["all_nodes"], json!(["n0@127.0.0.1"]), "{members}");
     m.pause(1, false);
-    assert!(
-        within(Duration::from_secs(10), || m
-            .server(0)
-            .admin("GET", "/_membership", None)
-            .json()["all_nodes"]
-            == json!(["n0@127.0.0.1", "n1@127.0.0.1"])),
-        "b did not rejoin after SIGCONT"
+    eventually(
+        Duration::from_secs(10),
+        "b did not rejoin after SIGCONT",
+        || {
+            m.server(0).admin("GET", "/_membership", None).json()["all_nodes"]
+                == json!(["n0@127.0.0.1", "n1@127.0.0.1"])
+        },
     );
-    assert!(
-        within(Duration::from_secs(10), || put(&m, 1, "after-pause").status
-            == 201),
-        "b does not take writes after the pause"
+    eventually(
+        Duration::from_secs(10),
+        "b does not take writes after the pause",
+        || put(&m, 1, "after-pause").status == 201,
     );
     for id in ["before", "through-a", "after-cut", "after-pause"] {
         let r = m.server(0).admin("GET", &format!("/cut/{id}"), None);

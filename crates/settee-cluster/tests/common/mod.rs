@@ -17,7 +17,8 @@ pub struct EtcdServer {
     _dir: tempfile::TempDir,
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listened on a moment ago (bound, then released).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -304,6 +304,14 @@ fn json_headers(body: Option<&str>) -> Vec<(&'static str, &'static str)> {
     }
 }
 
+/// An `Authorization` header value for Basic credentials.
+pub fn basic_auth(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64_lite::encode(format!("{user}:{password}").as_bytes())
+    )
+}
+
 /// Performs a request and returns the response whatever its status.
 pub fn call(
     agent: &ureq::Agent,
@@ -315,11 +323,7 @@ pub fn call(
 ) -> Resp {
     let mut req = agent.request(method, url);
     if let Some((u, p)) = auth {
-        use base64_lite::encode;
-        req = req.set(
-            "Authorization",
-            &format!("Basic {}", encode(format!("{u}:{p}").as_bytes())),
-        );
+        req = req.set("Authorization", &basic_auth(u, p));
     }
     for (k, v) in headers {
         req = req.set(k, v);

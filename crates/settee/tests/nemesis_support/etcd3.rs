@@ -5,10 +5,12 @@
 //! whole run (a restarted member rejoins as itself); every start waits at
 //! most 30 s; members are killed when the cluster is dropped.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::etcd_common::free_port;
 
 struct Member {
     name: String,
@@ -23,13 +25,6 @@ pub struct Etcd3 {
     members: Vec<Member>,
     initial: String,
     _tmp: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 impl Etcd3 {

@@ -199,12 +199,7 @@ pub fn start(
     seed: u64,
     deadline: Instant,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    let auth = format!(
-        "Basic {}",
-        crate::common::base64_lite::encode(
-            format!("{}:{}", crate::common::ADMIN.0, crate::common::ADMIN.1).as_bytes()
-        )
-    );
+    let auth = crate::common::basic_auth(crate::common::ADMIN.0, crate::common::ADMIN.1);
     (0..clients)
         .map(|t| {
             let mut c = Client {

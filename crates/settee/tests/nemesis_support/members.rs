@@ -240,12 +240,10 @@ pub fn try_status(port: u16, path: &str) -> Option<u16> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(2))
         .build();
-    let auth = crate::common::base64_lite::encode(
-        format!("{}:{}", crate::common::ADMIN.0, crate::common::ADMIN.1).as_bytes(),
-    );
+    let (user, password) = crate::common::ADMIN;
     match agent
         .get(&format!("http://127.0.0.1:{port}{path}"))
-        .set("Authorization", &format!("Basic {auth}"))
+        .set("Authorization", &crate::common::basic_auth(user, password))
         .call()
     {
         Ok(r) => Some(r.status()),
