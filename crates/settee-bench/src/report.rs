@@ -160,6 +160,42 @@ pub fn comparison(servers: &[String], results: &[Outcome]) -> String {
     out
 }
 
+/// Each serial durable row's p50 as a multiple of the `fsync_floor`
+/// row's p50 (one line per row and server); `None` when the floor was
+/// not measured or no serial durable row ran.
+pub fn floor_table(results: &[Outcome]) -> Option<String> {
+    use crate::scenarios::fsync_floor::{SERIAL_DURABLE, SERVER};
+    let floor = results
+        .iter()
+        .find(|o| o.name == "fsync_floor" && o.server == SERVER && o.summary.samples > 0)?;
+    let f = floor.summary.median_ms;
+    let rows: Vec<&Outcome> = results
+        .iter()
+        .filter(|o| SERIAL_DURABLE.contains(&o.name.as_str()) && o.summary.samples > 0)
+        .collect();
+    if rows.is_empty() || f <= 0.0 {
+        return None;
+    }
+    let mut out = format!(
+        "fsync floor: p50 {} ms, p99 {} ms ({} fdatasyncs)\n\n| row | server | p50 ms | × fsync floor p50 |\n|---|---|---:|---:|\n",
+        ms(f),
+        ms(floor.summary.p99_ms),
+        floor.summary.samples
+    );
+    for o in rows {
+        let p = o.summary.median_ms;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2}× |",
+            o.name,
+            o.server,
+            ms(p),
+            p / f
+        );
+    }
+    Some(out)
+}
+
 /// The targets table.
 pub fn targets_table(verdicts: &[Verdict]) -> String {
     let mut out = String::from("| target | server | measured | goal | CouchDB 3.4.3 | verdict |\n|---|---|---:|---:|---:|---|\n");
@@ -219,5 +255,22 @@ mod tests {
         assert!(t.contains("ratio — |"), "{t}");
         assert_eq!(rate(512_345.0), "512k");
         assert_eq!(rate(4_321.0), "4.3k");
+    }
+
+    #[test]
+    fn serial_durable_rows_are_multiples_of_the_floor() {
+        let mut floor = row("fsync_floor", "disk", 5000.0);
+        floor.summary.samples = 10;
+        floor.summary.median_ms = 0.2;
+        let mut put = row("single_doc_insert", "settee", 2000.0);
+        put.summary.samples = 10;
+        put.summary.median_ms = 0.5;
+        assert!(floor_table(&[put.clone()]).is_none(), "no floor, no table");
+        assert!(floor_table(&[floor.clone()]).is_none(), "no serial row");
+        let t = floor_table(&[floor, put]).unwrap();
+        assert!(
+            t.contains("| single_doc_insert | settee | 0.500 | 2.50× |"),
+            "{t}"
+        );
     }
 }

@@ -36,6 +36,8 @@ pub struct Options {
     /// Start settee servers for fault tolerance (and as the target when no URL is given).
     pub spawn_settee: bool,
     pub settee_bin: Option<PathBuf>,
+    /// Where `fsync_floor` measures the disk; default the current directory.
+    pub fsync_dir: Option<PathBuf>,
     /// The command line, recorded in the report.
     pub command: String,
     pub progress: bool,
@@ -153,6 +155,7 @@ pub async fn run(opts: Options, out: &mut (dyn Write + Send)) -> Result<Report, 
                 settee_bin: settee_bin.clone(),
                 run_tag: run_tag.clone(),
                 db_counter: AtomicU64::new(0),
+                fsync_dir: opts.fsync_dir.clone().unwrap_or_else(|| PathBuf::from(".")),
             });
             let on = if def.scope == Scope::Once {
                 "this machine"
@@ -205,6 +208,9 @@ pub async fn run(opts: Options, out: &mut (dyn Write + Send)) -> Result<Report, 
         names[0],
         report::comparison(&names, &results)
     )?;
+    if let Some(t) = report::floor_table(&results) {
+        writeln!(out, "## Serial durable writes vs the disk\n\n{t}")?;
+    }
     if !verdicts.is_empty() {
         writeln!(
             out,

@@ -23,7 +23,9 @@
 //!   the committer exits (when its writer retires or shuts down).
 //! - **No hand-off when alone.** When the pipe is empty and no request
 //!   waits behind the group, the writer commits it on its own thread
-//!   (same code, same lock): a lone request does not pay a thread wake-up.
+//!   (same code, same lock) — which is the caller's own thread when the
+//!   caller applied its request itself (`crate::writer`, "Caller
+//!   commits"): a lone request does not pay a thread wake-up.
 //! - **Design generation.** A commit that wrote or purged a design
 //!   document advances the database's design generation after it is
 //!   written and before its callers are answered

@@ -95,6 +95,9 @@ pub(crate) type SettingSlot = Arc<Mutex<Option<Arc<str>>>>;
 pub(crate) struct WriterSlot {
     pub tx: Sender<Request>,
     pub thread: std::thread::JoinHandle<()>,
+    /// The writer itself, locked by its thread while it applies a group
+    /// and by a caller applying a lone request (`Shared::try_enqueue`).
+    pub core: Arc<Mutex<Writer>>,
 }
 
 impl Shared {
@@ -109,6 +112,22 @@ impl Shared {
             other => other,
         };
         let mut slot = self.lock_open_slot()?;
+        // Caller commits: nothing queued and the writer idle, so this
+        // request would be a group of its own, written without overlap;
+        // apply it here rather than wake the writer thread and be woken.
+        if let Some(core) = slot
+            .as_ref()
+            .filter(|w| self.opts.caller_commits && w.tx.is_empty() && !w.thread.is_finished())
+            .map(|w| Arc::clone(&w.core))
+        {
+            if let Some(mut writer) = core.try_lock() {
+                if writer.takes_from_caller(&req) {
+                    drop(slot);
+                    writer.apply_for_caller(req);
+                    return Ok(None);
+                }
+            }
+        }
         self.send_locked(&mut slot, req)
     }
 
@@ -152,6 +171,14 @@ impl Shared {
     ) -> Result<Option<Request>> {
         // At most two rounds: a writer found dead is replaced once.
         for _ in 0..2 {
+            // A writer whose thread ended (or that a panic left broken)
+            // takes nothing more: replacing it answers what it still had
+            // queued with `Closed`.
+            if slot.as_ref().is_some_and(|w| {
+                w.thread.is_finished() || w.core.try_lock().is_some_and(|c| c.is_broken())
+            }) {
+                *slot = None;
+            }
             let running = match slot.as_ref() {
                 Some(w) => w,
                 None => slot.insert(self.spawn_writer()?),
@@ -176,16 +203,17 @@ impl Shared {
                 "cannot start a committer thread: {e}"
             )))
         })?;
-        let writer = Writer::new(self.clone(), rx, state, pipe);
+        let core = Arc::new(Mutex::new(Writer::new(self.clone(), rx, state, pipe)));
+        let thread_core = Arc::clone(&core);
         let thread = std::thread::Builder::new()
             .name(format!("writer-{}", self.db))
-            .spawn(move || writer.run())
+            .spawn(move || crate::writer::run(thread_core))
             .map_err(|e| {
                 Error::Storage(settee_store::StoreError::Io(format!(
                     "cannot start a writer thread: {e}"
                 )))
             })?;
-        Ok(WriterSlot { tx, thread })
+        Ok(WriterSlot { tx, thread, core })
     }
 
     /// Stops the writer for good (deletion, shutdown): later requests fail

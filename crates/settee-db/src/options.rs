@@ -39,6 +39,12 @@ pub struct EngineOptions {
     /// Documents the writer gathers into one group commit (a request is
     /// never split): small groups let the writer and the committer overlap.
     pub group_docs_max: usize,
+    /// A lone update (nothing queued, the writer idle) is applied, written
+    /// and fsynced on the caller's own thread instead of being handed to
+    /// the writer thread and answered back (two thread wake-ups saved per
+    /// request); requests that meet a busy writer queue for group commit
+    /// as before. See `crate::writer`, "Caller commits".
+    pub caller_commits: bool,
     /// Update calls larger than this are split into chunks of this many
     /// documents (see `Database::update`), unless all-or-nothing.
     pub update_chunk_docs: usize,
@@ -65,6 +71,7 @@ impl Default for EngineOptions {
             writer_queue_max: 4096,
             writer_idle_ms: 30_000,
             group_docs_max: 128,
+            caller_commits: true,
             update_chunk_docs: 128,
             update_docs_max: 100_000,
             doc_cache_bytes: 64 << 20,

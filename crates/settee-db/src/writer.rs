@@ -11,6 +11,17 @@
 //!   once if any request needs it, and only then answers: a full-commit
 //!   reply means durable. While group n is written and fsynced, the writer
 //!   computes group n+1.
+//! - **Caller commits.** The writer's state is behind a lock that its
+//!   thread holds only while it applies a group. A caller whose update
+//!   (or `_local` write) finds the queue empty and the lock free applies
+//!   the request itself, as a group of one, with the same code — and,
+//!   the pipeline being empty, writes and fsyncs it on its own thread —
+//!   so a lone request wakes no writer thread and is not woken back (one
+//!   client writing one document at a time pays for no hand-off).
+//!   Requests that meet a busy writer queue as before and form groups.
+//!   Still one writer at a time: the lock is the writer. A panic while a
+//!   caller applies marks the writer broken; its thread stops and the
+//!   next request starts a new writer from the published state.
 //! - **The writer reads its own writes.** The batches of groups still in
 //!   the pipeline are kept and indexed by document id ([`Inflight`]); what
 //!   they hold wins over storage, which may not have it yet. They are
@@ -74,6 +85,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use settee_core::att::AttKind;
 use settee_core::doc::{next_local_rev, Body, Doc, DocError};
@@ -179,6 +191,9 @@ pub(crate) struct Writer {
     /// until read (or built) by this writer's first group, and after a
     /// group that changed them failed before it was sent.
     blocks: Option<IdBlocks>,
+    /// A caller's request panicked while applied on its thread: the
+    /// writer's state may be half-updated, so it takes no more requests.
+    broken: bool,
 }
 
 /// Buckets of by-seq counts a writer keeps before it forgets them (once
@@ -202,6 +217,7 @@ impl Writer {
             max_id: None,
             seq_counts: FxHashMap::default(),
             blocks: None,
+            broken: false,
         }
     }
 
@@ -336,52 +352,41 @@ impl Writer {
             .map(|t| t + Duration::from_millis(self.shared.opts.batch_flush_ms))
     }
 
-    /// The writer thread's loop. Returns when shut down (after applying and
-    /// fsyncing everything it holds) or when idle for `writer_idle_ms` with
-    /// nothing buffered or queued (after its committer has written and
-    /// fsynced everything).
-    pub(crate) fn run(mut self) {
-        loop {
-            let idle_deadline =
-                Instant::now() + Duration::from_millis(self.shared.opts.writer_idle_ms);
-            let first = match self.next_deadline() {
-                Some(d) => self.rx.recv_deadline(d),
-                None => match self.rx.recv_deadline(idle_deadline) {
-                    // Nothing buffered, nothing queued for a while: give the
-                    // thread back, once the pipeline is empty (a successor
-                    // must find everything in storage).
-                    Err(RecvTimeoutError::Timeout) if self.retire() => return,
-                    other => other,
-                },
-            };
-            let mut group = Vec::new();
-            let disconnected = match first {
-                Ok(req) => {
-                    group.push(req);
-                    false
-                }
-                Err(RecvTimeoutError::Timeout) => false,
-                Err(RecvTimeoutError::Disconnected) => true,
-            };
-            let mut docs: usize = group.iter().map(Request::doc_count).sum();
-            while docs < self.shared.opts.group_docs_max {
-                match self.rx.try_recv() {
-                    Ok(req) => {
-                        docs += req.doc_count();
-                        group.push(req);
-                    }
-                    Err(_) => break,
-                }
+    /// Whether a caller may apply `req` itself: an update that waits for
+    /// its answer, or a local document write, on a writer that is sound.
+    pub(crate) fn takes_from_caller(&self, req: &Request) -> bool {
+        !self.broken
+            && match req {
+                Request::Update(u) => u.reply.is_some() && u.durability != Durability::Batch,
+                Request::Local { .. } => true,
+                _ => false,
             }
-            let stop = disconnected || group.iter().any(|r| matches!(r, Request::Shutdown));
-            self.process(group, stop);
-            if stop {
-                self.pipe.finish();
-                return;
-            }
-        }
     }
 
+    /// Applies one request on the caller's thread, as its own group (see
+    /// "Caller commits" in the module doc). Should it panic, the writer is
+    /// marked broken: its thread stops and the next request starts a new
+    /// writer from the published state.
+    pub(crate) fn apply_for_caller(&mut self, req: Request) {
+        struct Unwinding<'a>(&'a mut bool);
+        impl Drop for Unwinding<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    *self.0 = true;
+                }
+            }
+        }
+        let mut broken = false;
+        {
+            let _mark = Unwinding(&mut broken);
+            self.process(vec![req], false);
+        }
+        self.broken |= broken;
+    }
+
+    /// Called by the idle writer thread with the writer locked: retires it
+    /// (after its committer has written and fsynced everything) when its
+    /// queue and the batch buffer are empty.
     fn retire(&mut self) -> bool {
         self.pipe.drain();
         if self.shared.retire_if_idle(&self.rx) {
@@ -390,6 +395,11 @@ impl Writer {
         } else {
             false
         }
+    }
+
+    /// Whether a panic left this writer unusable.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
     }
 
     /// Applies one group: commits its requests and, when due, the batch
@@ -672,6 +682,63 @@ impl Writer {
             },
             alone,
         );
+    }
+}
+
+/// The writer thread's loop over the writer `core` (shared with callers
+/// that apply lone requests themselves, see "Caller commits"). Returns
+/// when shut down (after applying and fsyncing everything it holds), when
+/// idle for `writer_idle_ms` with nothing buffered or queued (after its
+/// committer has written and fsynced everything), or when a caller's
+/// panic left the writer broken.
+pub(crate) fn run(core: Arc<Mutex<Writer>>) {
+    let (rx, shared) = {
+        let w = core.lock();
+        (w.rx.clone(), Arc::clone(&w.shared))
+    };
+    loop {
+        let idle_deadline = Instant::now() + Duration::from_millis(shared.opts.writer_idle_ms);
+        let deadline = core.lock().next_deadline();
+        let first = match deadline {
+            Some(d) => rx.recv_deadline(d),
+            None => match rx.recv_deadline(idle_deadline) {
+                // Nothing buffered, nothing queued for a while: give the
+                // thread back, once the pipeline is empty (a successor
+                // must find everything in storage).
+                Err(RecvTimeoutError::Timeout) if core.lock().retire() => return,
+                other => other,
+            },
+        };
+        let mut group = Vec::new();
+        let disconnected = match first {
+            Ok(req) => {
+                group.push(req);
+                false
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => true,
+        };
+        let mut docs: usize = group.iter().map(Request::doc_count).sum();
+        while docs < shared.opts.group_docs_max {
+            match rx.try_recv() {
+                Ok(req) => {
+                    docs += req.doc_count();
+                    group.push(req);
+                }
+                Err(_) => break,
+            }
+        }
+        let stop = disconnected || group.iter().any(|r| matches!(r, Request::Shutdown));
+        let mut w = core.lock();
+        if w.broken {
+            // Answered `Closed` as the slot replaces this writer.
+            return;
+        }
+        w.process(group, stop);
+        if stop {
+            w.pipe.finish();
+            return;
+        }
     }
 }
 

@@ -38,6 +38,10 @@ pub struct BenchArgs {
     /// The settee binary to start (default: this executable).
     #[arg(long)]
     settee_bin: Option<PathBuf>,
+    /// A directory on the data directory's disk, where `fsync_floor`
+    /// measures fdatasync (default: the current directory).
+    #[arg(long)]
+    fsync_dir: Option<PathBuf>,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -62,6 +66,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         plots: args.plots,
         spawn_settee: args.spawn_settee,
         settee_bin: args.settee_bin,
+        fsync_dir: args.fsync_dir,
         command,
         progress: true,
     };

@@ -138,6 +138,10 @@ struct ServeArgs {
     /// process, e.g. a test harness, tie the server's life to its own).
     #[arg(long, hide = true)]
     exit_on_stdin_eof: bool,
+    /// Hand every update to the database's writer thread, even a lone one
+    /// (for measuring what applying it on the caller's thread saves).
+    #[arg(long, hide = true)]
+    writer_handoff: bool,
 }
 
 /// `NAME=URL` of `--peer-url`.
@@ -196,6 +200,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         },
         doc_cache_bytes: args.doc_cache_mb << 20,
         blob_grace_ms: args.blob_grace_s * 1000,
+        caller_commits: !args.writer_handoff,
         ..EngineOptions::default()
     };
     let engine =

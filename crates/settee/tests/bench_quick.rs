@@ -91,6 +91,7 @@ fn quick_run_of_every_scenario() {
         "ids_random",
         "lightning",
         "fault_tolerance",
+        "fsync_floor",
     ] {
         assert!(results.iter().any(|r| r["name"] == row), "no row {row}");
     }
@@ -144,6 +145,8 @@ fn quick_run_of_every_scenario() {
         "## Side by side",
         "## Settee targets",
         "client CPU",
+        "## Serial durable writes vs the disk",
+        "× fsync floor p50",
     ] {
         assert!(out.contains(needle), "no {needle:?} in:\n{out}");
     }

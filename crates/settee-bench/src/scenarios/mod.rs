@@ -32,6 +32,7 @@ pub mod concurrent_writers;
 pub mod copy;
 pub mod copy_tools;
 pub mod fault_tolerance;
+pub mod fsync_floor;
 pub mod ids;
 pub mod lightning;
 pub mod mango;
@@ -72,7 +73,7 @@ impl std::fmt::Debug for ScenarioDef {
 
 /// Every scenario, in run order.
 pub fn all() -> Vec<ScenarioDef> {
-    let mut v = Vec::new();
+    let mut v = vec![fsync_floor::DEF];
     v.extend(bulk_docs::DEFS);
     v.push(benchbulk::DEF);
     v.extend(single_doc::DEFS);
@@ -129,6 +130,8 @@ pub struct Ctx {
     /// Distinguishes this run's databases from any other's.
     pub run_tag: String,
     pub db_counter: AtomicU64,
+    /// Where `fsync_floor` measures the disk (the data directory's disk).
+    pub fsync_dir: PathBuf,
 }
 
 impl Ctx {
