@@ -8,6 +8,7 @@
 
 pub mod att;
 pub mod collate;
+pub mod couch_rev;
 pub mod design;
 pub mod doc;
 pub mod doc_text;

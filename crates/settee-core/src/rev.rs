@@ -123,6 +123,21 @@ impl Rev {
         }
     }
 
+    /// The revision a new edit gets: CouchDB's own hash of the edit
+    /// ([`crate::couch_rev`]: the same edit gets the same id on CouchDB and
+    /// on Settee), or, for a body CouchDB would not hash that way,
+    /// [`Rev::next`]'s. `body` is the stored body (attachment stubs in its
+    /// `_attachments`).
+    pub fn next_edit(parent: Option<&Rev>, deleted: bool, body: &str) -> Rev {
+        match crate::couch_rev::hash(parent, deleted, body) {
+            Some(h) => Rev {
+                pos: parent.map_or(1, |p| p.pos + 1),
+                hash: RevHash::Digest(h),
+            },
+            None => Rev::next(parent, deleted, body.as_bytes()),
+        }
+    }
+
     /// The revision produced by editing `parent` (None for a new document)
     /// into `body` with the given deleted flag: a 128-bit XXH3 hash of
     /// exactly those inputs, as 32 hex digits (the length of CouchDB's MD5

@@ -5,7 +5,8 @@
 //! - `new_edits=true`: an edit must name a current leaf as its parent
 //!   (or, for a document whose winner is deleted or that does not exist,
 //!   no parent); anything else is a conflict. The new rev id is
-//!   [`Rev::next`] of parent, deleted flag and body — deterministic.
+//!   [`Rev::next_edit`] of parent, deleted flag and body — deterministic
+//!   (CouchDB's own hash of the edit where it has one).
 //! - `new_edits=false`: the given revision and its `_revisions` history are
 //!   merged as they are; a revision already present changes nothing.
 //! - The result tree is stemmed to `revs_limit`.
@@ -66,7 +67,7 @@ fn new_edit(existing: Option<&RevTree>, doc: &Doc) -> Result<(RevTree, Rev), Doc
         (Some(tree), Some(rev)) if tree.is_leaf(rev) => Some(rev.clone()),
         (Some(_), Some(_)) => return Err(DocFailure::Conflict),
     };
-    let rev = Rev::next(parent.as_ref(), doc.deleted, doc.body.as_str().as_bytes());
+    let rev = Rev::next_edit(parent.as_ref(), doc.deleted, doc.body.as_str());
     let mut tree = existing.cloned().unwrap_or_default();
     tree.add(parent.as_ref(), rev.clone(), doc.deleted, true)
         .map_err(|_| DocFailure::Conflict)?;
