@@ -550,6 +550,56 @@ mod tests {
         assert_eq!(meta.update_seq, db.update_seq());
     }
 
+    /// `_search` build rate for 10k documents and query latency (run with
+    /// `--ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn search_build_rate_for_10k_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_engine, db, search) = setup(dir.path());
+        let words = [
+            "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+        ];
+        let n = 10_000;
+        let docs: Vec<Value> = (0..n)
+            .map(|i| {
+                let title: Vec<&str> = (0..8).map(|k| words[(i * 7 + k * 3) % words.len()]).collect();
+                json!({"_id": format!("doc{i:06}"), "title": title.join(" "), "cat": words[i % 8], "n": i})
+            })
+            .collect();
+        for chunk in docs.chunks(2000) {
+            bulk(&db, chunk.to_vec());
+        }
+        bulk(
+            &db,
+            vec![json!({"_id": "_design/s", "indexes": {"i": {"index":
+                "function(doc){ index('default', doc.title, {store: true}); index('cat', doc.cat, {facet: true}); index('n', doc.n, {facet: true}); }"}}})],
+        );
+        let q = |v: Value| {
+            let a = crate::ClouseauArgs::from_body(v.as_object().unwrap(), None).unwrap();
+            search.search(&db, "_design/s", "i", &a).unwrap()
+        };
+        let t = Instant::now();
+        let v = q(json!({"q": "*:*", "limit": 1}));
+        let built = t.elapsed();
+        assert_eq!(v["total_rows"], n);
+        let mut lat = Vec::new();
+        for i in 0..200 {
+            let t = Instant::now();
+            let text = format!("{} AND n:[{} TO {}]", words[i % 8], i * 10, i * 10 + 3000);
+            q(json!({"q": text, "sort": "-n", "counts": ["cat"],
+                     "ranges": {"n": {"low": "[0 TO 5000}", "high": "[5000 TO Infinity]"}}}));
+            lat.push(t.elapsed());
+        }
+        lat.sort();
+        eprintln!(
+            "_search, 10k docs: built in {built:?} ({:.0} docs/s); query p50 {:?} p99 {:?}",
+            n as f64 / built.as_secs_f64(),
+            lat[lat.len() / 2],
+            lat[lat.len() * 99 / 100]
+        );
+    }
+
     /// Index build rate for 10k documents (run with `--ignored --nocapture`).
     #[test]
     #[ignore]

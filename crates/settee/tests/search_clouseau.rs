@@ -1073,3 +1073,45 @@ fn a_mango_text_index_design_document_is_indexed_natively() {
         BTreeSet::from(["p1".to_string(), "p3".to_string()])
     );
 }
+
+#[test]
+fn a_restart_or_kill_keeps_the_index_without_a_rebuild() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let s = Server::start_in(tmp.path(), &[]);
+    let db = "csearch_restart";
+    furniture(&s, db);
+    let url = format!("/{db}/_design/shop/_search/things");
+    let before = post(&s, &url, &json!({"q": "*:*", "sort": "price"}));
+    assert_eq!(before["total_rows"], 6);
+    s.stop();
+    let s = Server::start_in(tmp.path(), &[]);
+    // stale=ok reads only what is on disk: all of it is there.
+    let after = post(
+        &s,
+        &url,
+        &json!({"q": "*:*", "sort": "price", "stale": "ok"}),
+    );
+    assert_eq!(ids(&after), ids(&before));
+    let info = get(&s, &format!("/{db}/_design/shop/_search_info/things"));
+    assert_eq!(info["search_index"]["committed_seq"], 7);
+    // Writes after the restart are indexed from where the index was.
+    s.bulk(
+        db,
+        vec![json!({"_id": "f9", "name": "bamboo shelf", "type": "shelf"})],
+    );
+    assert_eq!(ids(&get(&s, &format!("{url}?q=bamboo"))), ["f9"]);
+    let info = get(&s, &format!("/{db}/_design/shop/_search_info/things"));
+    assert_eq!(info["search_index"]["committed_seq"], 8);
+    assert_eq!(info["search_index"]["doc_count"], 7);
+    // A kill -9 loses nothing committed.
+    s.kill9();
+    let s = Server::start_in(tmp.path(), &[]);
+    let v = post(
+        &s,
+        &url,
+        &json!({"q": "*:*", "stale": "ok", "counts": ["type"], "limit": 0}),
+    );
+    assert_eq!(v["total_rows"], 7);
+    assert_eq!(v["counts"]["type"]["shelf"], 1);
+    s.stop();
+}
