@@ -7,8 +7,13 @@
 //! index names (`t0`, `t1`, …) for text fields, `s` for string fields
 //! (exact tokens, fast: sorts and `counts`), `d` for double fields
 //! (numbers, fast: sorts, ranges and `ranges`), and `stored`, the JSON of
-//! a document's stored values. Field names are escaped into JSON paths
-//! ([`path_of`]) so no name is read as a nested path.
+//! a document's stored values. A Clouseau-style index (`_search`) has
+//! three more: `o`, a copy of each string value (exact, fast: sorts and
+//! groups, never searched), and `fs`/`fd`, the strings and numbers
+//! indexed with `facet: true` (fast: `counts`, `drilldown`, `ranges`);
+//! its `s` holds the strings indexed `not_analyzed` (and booleans). Field
+//! names are escaped into JSON paths ([`path_of`]) so no name is read as
+//! a nested path.
 //!
 //! Invariants:
 //! - **Consistent with the database.** Every commit carries, as its
@@ -48,9 +53,9 @@ use tantivy::{IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::analyzer;
 use crate::error::{Result, SearchError};
-use crate::fields::{fields_of, Field, FieldValue, Kind};
+use crate::fields::{fields_of, native_fields_of, search_fields_of, Field, FieldValue, Kind};
 use crate::lucene::{Bound, Node, Occur};
-use crate::spec::NouveauSpec;
+use crate::spec::{Flavor, IndexSpec};
 
 /// Writer heap per indexing thread (tantivy's minimum is 15 MB).
 pub const WRITER_HEAP_PER_THREAD: usize = 24 << 20;
@@ -71,6 +76,10 @@ pub struct Meta {
     pub purge_seq: u64,
     /// Field name → the types it was indexed as.
     pub types: BTreeMap<String, BTreeSet<Kind>>,
+    /// The names of string fields indexed with `facet: true`
+    /// (Clouseau-style indexes).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub facets: BTreeSet<String>,
 }
 
 /// The schema's fields.
@@ -82,8 +91,13 @@ pub(crate) struct Fields {
     pub stored: TField,
     pub s: TField,
     pub d: TField,
-    /// One text field per analyzer, in [`NouveauSpec::analyzers`] order.
+    /// One text field per analyzer, in [`IndexSpec::analyzers`] order.
     pub texts: Vec<TField>,
+    /// Clouseau-style indexes: sort copies of strings, string facets,
+    /// number facets.
+    pub o: Option<TField>,
+    pub fs: Option<TField>,
+    pub fd: Option<TField>,
 }
 
 /// A field name as a JSON path segment: letters, digits and `_` as they
@@ -102,7 +116,7 @@ pub fn path_of(name: &str) -> String {
 
 /// One index and its update lock.
 pub struct SearchIndex {
-    pub spec: Arc<NouveauSpec>,
+    pub spec: Arc<IndexSpec>,
     dir: PathBuf,
     index: tantivy::Index,
     reader: IndexReader,
@@ -122,7 +136,7 @@ impl std::fmt::Debug for SearchIndex {
     }
 }
 
-fn schema(spec: &NouveauSpec) -> (Schema, Fields) {
+fn schema(spec: &IndexSpec) -> (Schema, Fields) {
     let mut b = Schema::builder();
     let id = b.add_text_field("_id", STRING | STORED | FAST);
     let partition = b.add_text_field("_partition", STRING);
@@ -142,6 +156,22 @@ fn schema(spec: &NouveauSpec) -> (Schema, Fields) {
             .set_indexing_options(raw)
             .set_fast("raw"),
     );
+    let clouseau = spec.flavor == Flavor::Clouseau;
+    let exact = |b: &mut tantivy::schema::SchemaBuilder, name: &str| {
+        b.add_json_field(
+            name,
+            JsonObjectOptions::default()
+                .set_indexing_options(
+                    TextFieldIndexing::default()
+                        .set_tokenizer("raw")
+                        .set_index_option(IndexRecordOption::Basic),
+                )
+                .set_fast("raw"),
+        )
+    };
+    let o = clouseau.then(|| exact(&mut b, "o"));
+    let fs = clouseau.then(|| exact(&mut b, "fs"));
+    let fd = clouseau.then(|| exact(&mut b, "fd"));
     let texts = (0..spec.analyzers().len())
         .map(|i| {
             b.add_json_field(
@@ -163,13 +193,16 @@ fn schema(spec: &NouveauSpec) -> (Schema, Fields) {
             s,
             d,
             texts,
+            o,
+            fs,
+            fd,
         },
     )
 }
 
 impl SearchIndex {
     /// Opens the index in `dir`, creating it when there is none.
-    pub fn open(spec: Arc<NouveauSpec>, dir: &Path) -> Result<SearchIndex> {
+    pub fn open(spec: Arc<IndexSpec>, dir: &Path) -> Result<SearchIndex> {
         std::fs::create_dir_all(dir)?;
         let (schema, f) = schema(&spec);
         let mmap = tantivy::directory::MmapDirectory::open(dir)
@@ -296,6 +329,30 @@ impl SearchIndex {
         }
     }
 
+    /// The tokens field `name`'s analyzer makes of `text`.
+    pub(crate) fn analyze_text(&self, name: &str, text: &str) -> Vec<String> {
+        self.analyze(name, text)
+    }
+
+    /// The tokens field `name`'s analyzer makes of `text`, each with its
+    /// byte offsets in `text`.
+    pub(crate) fn analyze_offsets(&self, name: &str, text: &str) -> Vec<(usize, usize, String)> {
+        let analyzers = self.spec.analyzers();
+        let a = self.spec.analyzer_of(name);
+        let i = analyzers.iter().position(|x| x == a).unwrap_or(0);
+        use tantivy::tokenizer::TokenStream as _;
+        let Some(mut t) = self.index.tokenizers().get(&format!("a{i}")) else {
+            return Vec::new();
+        };
+        let mut stream = t.token_stream(text);
+        let mut out = Vec::new();
+        while stream.advance() {
+            let tok = stream.token();
+            out.push((tok.offset_from, tok.offset_to, tok.text.clone()));
+        }
+        out
+    }
+
     /// `query` confined to partition `p`.
     pub fn in_partition(&self, query: Box<dyn Query>, p: &str) -> Box<dyn Query> {
         // Scored 0: the hits keep their relevance.
@@ -330,7 +387,13 @@ impl SearchIndex {
             }
             Node::Boost(n, b) => Box::new(BoostQuery::new(self.compile(n, meta)?, *b)),
             Node::Term { field, text } => {
-                self.per_kind(field, meta, |kind, name| self.term_query(kind, name, text))?
+                // Clouseau reads an unquoted number as a number, whatever
+                // the field holds.
+                let number = self.clouseau() && is_number(text);
+                self.per_kind(field, meta, |kind, name| match (number, kind) {
+                    (true, Kind::Double) | (false, _) => self.term_query(kind, name, text),
+                    (true, _) => Ok(None),
+                })?
             }
             Node::Phrase { field, text, slop } => self.per_kind(field, meta, |kind, name| {
                 Ok(match kind {
@@ -361,7 +424,7 @@ impl SearchIndex {
                     Kind::Text => {
                         self.json_str(self.text_field_of(name), name, &text.to_lowercase())
                     }
-                    Kind::String => self.json_str(self.f.s, name, text),
+                    Kind::String => self.json_str(self.f.s, name, &self.expanded(text)),
                     Kind::Double | Kind::Stored => return Ok(None),
                 };
                 let mut q = PhrasePrefixQuery::new(vec![term]);
@@ -377,21 +440,60 @@ impl SearchIndex {
                     Kind::Text => {
                         self.json_str(self.text_field_of(name), name, &text.to_lowercase())
                     }
-                    Kind::String => self.json_str(self.f.s, name, text),
+                    Kind::String => self.json_str(self.f.s, name, &self.expanded(text)),
                     Kind::Double | Kind::Stored => return Ok(None),
                 };
                 Ok(Some(
                     Box::new(FuzzyTermQuery::new(term, *distance, true)) as Box<dyn Query>
                 ))
             })?,
+            // What Mango's queries ask (`$fieldnames:/.*/`, any field
+            // name at all) is read; other expressions are refused.
+            Node::Regex { field, pattern } if pattern == ".*" => self.compile(
+                &Node::Prefix {
+                    field: field.clone(),
+                    text: String::new(),
+                },
+                meta,
+            )?,
+            Node::Regex { pattern, .. } => {
+                return Err(SearchError::BadRequest(format!(
+                    "regular expression /{pattern}/ is not supported"
+                )))
+            }
             Node::Range {
                 field,
                 lower,
                 upper,
-            } => self.per_kind(field, meta, |kind, name| {
-                self.range_query(kind, name, lower, upper)
-            })?,
+            } => {
+                // Clouseau: a range of numbers (or open ends) is numeric.
+                let numeric = |b: &Bound| match b {
+                    Bound::Open => true,
+                    Bound::Included(s) | Bound::Excluded(s) => is_number(s),
+                };
+                let number = self.clouseau() && numeric(lower) && numeric(upper);
+                self.per_kind(field, meta, |kind, name| match (number, kind) {
+                    (true, Kind::Double) => self.range_query(kind, name, lower, upper),
+                    (true, _) => Ok(None),
+                    (false, Kind::Double) if self.clouseau() => Ok(None),
+                    (false, _) => self.range_query(kind, name, lower, upper),
+                })?
+            }
         })
+    }
+
+    fn clouseau(&self) -> bool {
+        self.spec.flavor == Flavor::Clouseau
+    }
+
+    /// The text of a prefix, fuzzy or range term for an exact field:
+    /// Clouseau's parser (Lucene 4's) lowercases such terms.
+    fn expanded(&self, text: &str) -> String {
+        if self.clouseau() {
+            text.to_lowercase()
+        } else {
+            text.to_string()
+        }
     }
 
     /// The query of `field` (the default field when None) made for each
@@ -440,6 +542,26 @@ impl SearchIndex {
                         let q: Box<dyn Query> = Box::new(TermQuery::new(
                             self.json_str(self.text_field_of(name), name, t),
                             IndexRecordOption::WithFreqs,
+                        ));
+                        (TOccur::Should, q)
+                    })
+                    .collect();
+                match terms.len() {
+                    0 => None,
+                    1 => terms.pop().map(|t| t.1),
+                    _ => Some(Box::new(BooleanQuery::new(terms))),
+                }
+            }
+            // Clouseau analyzes the text with the field's analyzer and
+            // looks for what it makes among the exact tokens.
+            Kind::String if self.clouseau() => {
+                let mut terms: Vec<(TOccur, Box<dyn Query>)> = self
+                    .analyze(name, text)
+                    .iter()
+                    .map(|t| {
+                        let q: Box<dyn Query> = Box::new(TermQuery::new(
+                            self.json_str(self.f.s, name, t),
+                            IndexRecordOption::Basic,
                         ));
                         (TOccur::Should, q)
                     })
@@ -501,7 +623,7 @@ impl SearchIndex {
                     self.text_field_of(name)
                 };
                 let norm = |s: &str| {
-                    if kind == Kind::Text {
+                    if kind == Kind::Text || self.clouseau() {
                         s.to_lowercase()
                     } else {
                         s.to_string()
@@ -530,13 +652,56 @@ impl SearchIndex {
     }
 }
 
+/// Whether Clouseau's query parser reads `s` as a number (Java's double
+/// syntax: a sign, digits with a fraction and exponent, `NaN`,
+/// `Infinity`, a trailing `d` or `f`).
+pub fn is_number(s: &str) -> bool {
+    let s = s.trim_matches(|c: char| c <= ' ');
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if s == "NaN" || s == "Infinity" {
+        return true;
+    }
+    let s = s.strip_suffix(['f', 'F', 'd', 'D']).unwrap_or(s);
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((a, b)) => (digits(a) && (b.is_empty() || digits(b))) || (a.is_empty() && digits(b)),
+        None => digits(mantissa),
+    };
+    let exp_ok = exp.is_none_or(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)));
+    mantissa_ok && exp_ok
+}
+
 /// A number as Lucene's double parser reads it (`Infinity`, `-Infinity`).
 pub fn parse_number(s: &str) -> Option<f64> {
     match s {
         "Infinity" | "+Infinity" => Some(f64::INFINITY),
         "-Infinity" => Some(f64::NEG_INFINITY),
-        _ => s.parse::<f64>().ok().filter(|v| !v.is_nan()),
+        _ => s
+            .trim_end_matches(['f', 'F', 'd', 'D'])
+            .parse::<f64>()
+            .ok()
+            .filter(|v| !v.is_nan()),
     }
+}
+
+/// The fields of each input document of a Mango text index (made
+/// natively), at its position among `n` documents.
+fn mango_fields(def: &Value, inputs: &[(usize, String)], n: usize) -> Vec<Option<Vec<Field>>> {
+    let def = crate::mango_text::MangoTextDef::from_json(def);
+    let mut out: Vec<Option<Vec<Field>>> = vec![None; n];
+    for (i, json) in inputs {
+        let Ok(doc) = serde_json::from_str::<Value>(json) else {
+            continue;
+        };
+        if let Some(calls) = def.calls(&doc) {
+            out[*i] = native_fields_of(calls).ok();
+        }
+    }
+    out
 }
 
 /// The search index as the shared updater loop drives it.
@@ -575,16 +740,24 @@ impl Updater<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
+        if let Some(def) = &self.index.spec.mango {
+            return Ok(mango_fields(def, &inputs, ids.len()));
+        }
         let workers = self.js.config().workers.max(1);
         let chunk = inputs.len().div_ceil(workers).max(CALL_CHUNK_MIN);
         let (ddoc, name, js) = (self.ddoc, &self.index.spec.name, self.js);
+        let section = self.index.spec.flavor.section();
+        let read = match self.index.spec.flavor {
+            Flavor::Nouveau => fields_of,
+            Flavor::Clouseau => search_fields_of,
+        };
         let parts: Vec<Result<settee_js::IndexOutput>> = std::thread::scope(|s| {
             let handles: Vec<_> = inputs
                 .chunks(chunk.max(1))
                 .map(|c| {
                     s.spawn(move || {
                         let docs: Vec<&str> = c.iter().map(|(_, j)| j.as_str()).collect();
-                        js.index_docs(ddoc, "nouveau", name, &docs)
+                        js.index_docs(ddoc, section, name, &docs)
                             .map_err(SearchError::from)
                     })
                 })
@@ -604,7 +777,7 @@ impl Updater<'_> {
         }
         for ((i, _), result) in inputs.iter().zip(results) {
             let id = &ids[*i];
-            match result.map_err(|e| e.to_string()).and_then(fields_of) {
+            match result.map_err(|e| e.to_string()).and_then(read) {
                 Ok(fields) => out[*i] = Some(fields),
                 Err(e) => tracing::info!(ddoc = %self.index.spec.ddoc_id,
                     index = %self.index.spec.name, doc = %id, error = %e,
@@ -622,25 +795,62 @@ impl Updater<'_> {
         let mut texts: Vec<BTreeMap<String, Vec<O>>> = vec![BTreeMap::new(); f.texts.len()];
         let mut strings: BTreeMap<String, Vec<O>> = BTreeMap::new();
         let mut doubles: BTreeMap<String, Vec<O>> = BTreeMap::new();
+        let mut sorts: BTreeMap<String, Vec<O>> = BTreeMap::new();
+        let mut facet_s: BTreeMap<String, Vec<O>> = BTreeMap::new();
+        let mut facet_d: BTreeMap<String, Vec<O>> = BTreeMap::new();
         let mut stored = serde_json::Map::new();
         let analyzers = self.index.spec.analyzers();
+        let clouseau = self.index.spec.flavor == Flavor::Clouseau;
         for field in fields {
             let path = path_of(&field.name);
             match (&field.kind, &field.value) {
                 (Kind::Text, FieldValue::Str(s)) => {
                     let a = self.index.spec.analyzer_of(&field.name);
                     let i = analyzers.iter().position(|x| x == a).unwrap_or(0);
-                    texts[i].entry(path).or_default().push(O::Str(s.clone()));
+                    texts[i]
+                        .entry(path.clone())
+                        .or_default()
+                        .push(O::Str(s.clone()));
                 }
-                (Kind::String, FieldValue::Str(s)) => {
-                    strings.entry(path).or_default().push(O::Str(s.clone()))
-                }
+                (Kind::String, FieldValue::Str(s)) => strings
+                    .entry(path.clone())
+                    .or_default()
+                    .push(O::Str(s.clone())),
                 (Kind::Double, FieldValue::Num(n)) => {
-                    doubles.entry(path).or_default().push(O::F64(*n))
+                    doubles.entry(path.clone()).or_default().push(O::F64(*n))
                 }
                 _ => {}
             }
-            if field.store {
+            if clouseau {
+                match (&field.kind, &field.value) {
+                    (Kind::Text | Kind::String, FieldValue::Str(s)) => {
+                        sorts
+                            .entry(path.clone())
+                            .or_default()
+                            .push(O::Str(s.clone()));
+                        if field.facet && !s.is_empty() {
+                            facet_s.entry(path).or_default().push(O::Str(s.clone()));
+                            self.meta.facets.insert(field.name.clone());
+                        }
+                    }
+                    (Kind::Double, FieldValue::Num(n)) if field.facet => {
+                        facet_d.entry(path).or_default().push(O::F64(*n))
+                    }
+                    _ => {}
+                }
+            }
+            if field.store && clouseau {
+                // Clouseau answers a repeated name's values as a list,
+                // the last value first.
+                let v = field.value.to_json();
+                match stored.get_mut(&field.name) {
+                    None => {
+                        stored.insert(field.name.clone(), v);
+                    }
+                    Some(Value::Array(list)) => list.insert(0, v),
+                    Some(old) => *old = Value::Array(vec![v, old.take()]),
+                }
+            } else if field.store {
                 stored.insert(field.name.clone(), field.value.to_json());
             }
             self.meta
@@ -671,6 +881,11 @@ impl Updater<'_> {
         }
         if !doubles.is_empty() {
             doc.add_object(f.d, object(doubles));
+        }
+        for (field, m) in [(f.o, sorts), (f.fs, facet_s), (f.fd, facet_d)] {
+            if let (Some(field), false) = (field, m.is_empty()) {
+                doc.add_object(field, object(m));
+            }
         }
         doc.add_text(f.stored, Value::Object(stored).to_string());
         Ok(doc)

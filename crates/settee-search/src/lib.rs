@@ -1,16 +1,19 @@
 //! Full-text search built in: design documents' `nouveau` indexes
-//! (CouchDB 3.4's Nouveau API) on tantivy, built incrementally from a
-//! database's changes, queried with Lucene's query syntax.
+//! (CouchDB 3.4's Nouveau API) and `indexes` (the Clouseau-style
+//! `_search` API) on tantivy, built incrementally from a database's
+//! changes, queried with Lucene's query syntax.
 //!
 //! - [`spec`]: what a design document asks to be indexed, and the
 //!   signature naming the index's files;
-//! - [`fields`]: the `index(type, name, value, options)` calls of a
-//!   document, checked as Nouveau checks them;
+//! - [`fields`]: the index calls of a document, checked as Nouveau (or
+//!   CouchDB's search query server) checks them;
 //! - [`analyzer`]: the analyzers an index may name;
 //! - [`lucene`]: Lucene's classic query syntax, parsed;
 //! - [`index`]: one index (files, schema, updater on the shared loop of
 //!   `settee_views::follow`, query compilation);
-//! - [`query`]: a query's arguments and its answer;
+//! - [`query`]: a Nouveau query's arguments and its answer, and the
+//!   search both flavors run;
+//! - [`clouseau`]: a `_search` query's arguments and its answer;
 //! - [`Search`] (here): the server's search indexes by database and
 //!   signature, and the operations on them by name.
 //!
@@ -24,10 +27,12 @@
 //! what the index is made of did not change.
 
 pub mod analyzer;
+pub mod clouseau;
 pub mod error;
 pub mod fields;
 pub mod index;
 pub mod lucene;
+pub mod mango_text;
 pub mod query;
 pub mod spec;
 
@@ -42,10 +47,11 @@ use settee_db::json::{push_doc, Extras};
 use settee_db::{Database, GetOptions};
 use settee_js::{DesignDoc, JsEngine};
 
+pub use clouseau::ClouseauArgs;
 pub use error::{Result, SearchError};
 pub use index::SearchIndex;
 pub use query::SearchArgs;
-pub use spec::NouveauSpec;
+pub use spec::{Flavor, IndexSpec};
 
 /// Most indexes kept open; past it the unused ones are closed.
 pub const OPEN_MAX: usize = 256;
@@ -137,8 +143,25 @@ impl Search {
         name: &str,
     ) -> Result<(Arc<SearchIndex>, DesignDoc)> {
         let ddoc = self.ddoc(db, ddoc_id)?;
-        let spec = Arc::new(NouveauSpec::from_ddoc(&ddoc, name, db.partitioned())?);
-        let js_ddoc = DesignDoc::new(&ddoc)?;
+        self.open_in(db, &ddoc, Flavor::Nouveau, name)
+    }
+
+    /// The index `name` of flavor `flavor` of design document `ddoc`.
+    fn open_in(
+        &self,
+        db: &Database,
+        ddoc: &Value,
+        flavor: Flavor,
+        name: &str,
+    ) -> Result<(Arc<SearchIndex>, DesignDoc)> {
+        let spec = Arc::new(IndexSpec::of(ddoc, flavor, name, db.partitioned())?);
+        // A Mango text index runs no JavaScript (its design document's
+        // language is `query`).
+        let js_ddoc = if spec.mango.is_some() {
+            DesignDoc::new(&json!({"_id": spec.ddoc_id}))?
+        } else {
+            DesignDoc::new(ddoc)?
+        };
         let key = (db_key(db), spec.signature);
         let mut indexes = self.indexes.lock();
         if let Some(i) = indexes.get(&key) {
@@ -172,22 +195,12 @@ impl Search {
         let latency = started.elapsed().as_millis() as u64;
         let (mut out, ids) = query::run(&index, args, &meta)?;
         if args.include_docs {
-            let reader = db.reader()?;
-            let opts = GetOptions::default();
             if let Some(Value::Array(hits)) = out.get_mut("hits") {
-                for (hit, id) in hits.iter_mut().zip(&ids) {
-                    let doc = match reader.get(id, &opts) {
-                        Ok(d) if !d.deleted => {
-                            let mut text = String::new();
-                            push_doc(&mut text, &d, Extras::default());
-                            serde_json::from_str(&text).unwrap_or(Value::Null)
-                        }
-                        Ok(_) | Err(settee_db::Error::NotFound(_)) => Value::Null,
-                        Err(e) => return Err(e.into()),
-                    };
+                let docs = docs_of(db, &ids)?;
+                for (hit, doc) in hits.iter_mut().zip(docs) {
                     if let Value::Object(h) = hit {
                         let mut with = Map::new();
-                        with.insert("doc".into(), doc);
+                        with.insert("doc".into(), doc.unwrap_or(Value::Null));
                         with.extend(std::mem::take(h));
                         *h = with;
                     }
@@ -196,6 +209,90 @@ impl Search {
         }
         out.insert("update_latency".into(), json!(latency));
         Ok(Value::Object(out))
+    }
+
+    /// `GET|POST /db/_design/ddoc/_search/name`: the answer as CouchDB's
+    /// search answers it. Blocking (may update the index first).
+    pub fn search(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        name: &str,
+        args: &ClouseauArgs,
+    ) -> Result<Value> {
+        let ddoc = self.ddoc(db, ddoc_id)?;
+        let index_partitioned = match ddoc.pointer("/options/partitioned") {
+            Some(Value::Bool(b)) => *b,
+            _ => db.partitioned(),
+        };
+        let limit = args.check(db.partitioned(), index_partitioned)?;
+        let (index, js) = self.open_in(db, &ddoc, Flavor::Clouseau, name)?;
+        let meta = if args.update {
+            index.update(db, &self.js, &js)?
+        } else {
+            index.meta()
+        };
+        let (mut out, ids) = clouseau::run(&index, args, limit, &meta)?;
+        if args.include_docs {
+            let docs = docs_of(db, &ids)?;
+            let mut docs = docs.into_iter();
+            let mut attach = |rows: &mut Value| {
+                if let Value::Array(rows) = rows {
+                    for row in rows {
+                        if let (Value::Object(r), Some(doc)) = (row, docs.next()) {
+                            match doc {
+                                Some(d) => r.insert("doc".into(), d),
+                                None => r.insert("error".into(), json!("not_found")),
+                            };
+                        }
+                    }
+                }
+            };
+            if let Some(groups) = out.get_mut("groups").and_then(Value::as_array_mut) {
+                for g in groups {
+                    if let Some(rows) = g.get_mut("rows") {
+                        attach(rows);
+                    }
+                }
+            } else if let Some(rows) = out.get_mut("rows") {
+                attach(rows);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GET /db/_design/ddoc/_search_info/name`.
+    pub fn search_info(&self, db: &Database, ddoc_id: &str, name: &str) -> Result<Value> {
+        let ddoc = self.ddoc(db, ddoc_id)?;
+        let (index, _) = self.open_in(db, &ddoc, Flavor::Clouseau, name)?;
+        let meta = index.meta();
+        let searcher = index.searcher();
+        let deleted: u64 = searcher
+            .segment_readers()
+            .iter()
+            .map(|r| u64::from(r.num_deleted_docs()))
+            .sum();
+        Ok(json!({
+            "name": format!("{ddoc_id}/{name}"),
+            "search_index": {
+                "pending_seq": meta.update_seq,
+                "doc_del_count": deleted,
+                "doc_count": searcher.num_docs(),
+                "disk_size": index.disk_size(),
+                "committed_seq": meta.update_seq,
+                "purge_seq": meta.purge_seq,
+            }
+        }))
+    }
+
+    /// `GET /db/_design/ddoc/_search_disk_size/name`.
+    pub fn search_disk_size(&self, db: &Database, ddoc_id: &str, name: &str) -> Result<Value> {
+        let ddoc = self.ddoc(db, ddoc_id)?;
+        let (index, _) = self.open_in(db, &ddoc, Flavor::Clouseau, name)?;
+        Ok(json!({
+            "name": format!("{ddoc_id}/{name}"),
+            "search_index": {"disk_size": index.disk_size()}
+        }))
     }
 
     /// `GET /db/_design/ddoc/_nouveau_info/name`.
@@ -215,12 +312,14 @@ impl Search {
         }))
     }
 
-    /// Brings every `nouveau` index of design document `ddoc_id` up to date.
+    /// Brings every search index of design document `ddoc_id` up to date.
     pub fn update_all(&self, db: &Database, ddoc_id: &str) -> Result<()> {
         let ddoc = self.ddoc(db, ddoc_id)?;
-        for name in spec::index_names(&ddoc) {
-            if let Ok((index, js)) = self.open(db, ddoc_id, &name) {
-                index.update(db, &self.js, &js)?;
+        for flavor in [Flavor::Nouveau, Flavor::Clouseau] {
+            for name in spec::names_in(&ddoc, flavor) {
+                if let Ok((index, js)) = self.open_in(db, &ddoc, flavor, &name) {
+                    index.update(db, &self.js, &js)?;
+                }
             }
         }
         Ok(())
@@ -239,9 +338,11 @@ impl Search {
             let Ok(ddoc) = self.ddoc(db, &id) else {
                 continue;
             };
-            for name in spec::index_names(&ddoc) {
-                if let Ok(s) = NouveauSpec::from_ddoc(&ddoc, &name, db.partitioned()) {
-                    keep.push(s.signature_hex());
+            for flavor in [Flavor::Nouveau, Flavor::Clouseau] {
+                for name in spec::names_in(&ddoc, flavor) {
+                    if let Ok(s) = IndexSpec::of(&ddoc, flavor, &name, db.partitioned()) {
+                        keep.push(s.signature_hex());
+                    }
                 }
             }
         }
@@ -316,6 +417,69 @@ impl Search {
     }
 }
 
+/// The documents `ids` as JSON, in order (None: missing or deleted).
+fn docs_of(db: &Database, ids: &[String]) -> Result<Vec<Option<Value>>> {
+    let reader = db.reader()?;
+    let opts = GetOptions::default();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(match reader.get(id, &opts) {
+            Ok(d) if !d.deleted => {
+                let mut text = String::new();
+                push_doc(&mut text, &d, Extras::default());
+                serde_json::from_str(&text).ok()
+            }
+            Ok(_) | Err(settee_db::Error::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        });
+    }
+    Ok(out)
+}
+
+/// `POST /_search_analyze` (and GET): the tokens analyzer `analyzer` (a
+/// name, or an object with `name` and `stopwords`) makes of `text`.
+pub fn analyze(analyzer: Option<&Value>, text: Option<&Value>) -> Result<Value> {
+    let Some(a) = analyzer.filter(|v| !v.is_null()) else {
+        return Err(SearchError::BadRequest(
+            "analyzer parameter is mandatory".into(),
+        ));
+    };
+    let key = match a {
+        Value::String(s) => analyzer::key(s, None)?,
+        Value::Object(o) if !o.is_empty() => {
+            let name = o.get("name").and_then(Value::as_str).unwrap_or("standard");
+            let stop = o.get("stopwords").and_then(Value::as_array).map(|w| {
+                w.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            });
+            analyzer::key(name, stop)?
+        }
+        _ => {
+            return Err(SearchError::BadRequest(
+                "analyzer parameter must be a string or an object".into(),
+            ))
+        }
+    };
+    let text = match text.filter(|v| !v.is_null()) {
+        None => {
+            return Err(SearchError::BadRequest(
+                "text parameter is mandatory".into(),
+            ))
+        }
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => {
+            return Err(SearchError::BadRequest(
+                "text parameter must be a string".into(),
+            ))
+        }
+    };
+    let mut built = analyzer::build(&key)
+        .ok_or_else(|| SearchError::BadRequest(format!("no_such_analyzer: {key}")))?;
+    Ok(json!({ "tokens": analyzer::tokens(&mut built, text) }))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -384,6 +548,56 @@ mod tests {
         assert_eq!(v["hits"][0]["fields"], json!({"n": 99.0}));
         let meta = search.open(&db, "_design/s", "i").unwrap().0.meta();
         assert_eq!(meta.update_seq, db.update_seq());
+    }
+
+    /// `_search` build rate for 10k documents and query latency (run with
+    /// `--ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn search_build_rate_for_10k_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_engine, db, search) = setup(dir.path());
+        let words = [
+            "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+        ];
+        let n = 10_000;
+        let docs: Vec<Value> = (0..n)
+            .map(|i| {
+                let title: Vec<&str> = (0..8).map(|k| words[(i * 7 + k * 3) % words.len()]).collect();
+                json!({"_id": format!("doc{i:06}"), "title": title.join(" "), "cat": words[i % 8], "n": i})
+            })
+            .collect();
+        for chunk in docs.chunks(2000) {
+            bulk(&db, chunk.to_vec());
+        }
+        bulk(
+            &db,
+            vec![json!({"_id": "_design/s", "indexes": {"i": {"index":
+                "function(doc){ index('default', doc.title, {store: true}); index('cat', doc.cat, {facet: true}); index('n', doc.n, {facet: true}); }"}}})],
+        );
+        let q = |v: Value| {
+            let a = crate::ClouseauArgs::from_body(v.as_object().unwrap(), None).unwrap();
+            search.search(&db, "_design/s", "i", &a).unwrap()
+        };
+        let t = Instant::now();
+        let v = q(json!({"q": "*:*", "limit": 1}));
+        let built = t.elapsed();
+        assert_eq!(v["total_rows"], n);
+        let mut lat = Vec::new();
+        for i in 0..200 {
+            let t = Instant::now();
+            let text = format!("{} AND n:[{} TO {}]", words[i % 8], i * 10, i * 10 + 3000);
+            q(json!({"q": text, "sort": "-n", "counts": ["cat"],
+                     "ranges": {"n": {"low": "[0 TO 5000}", "high": "[5000 TO Infinity]"}}}));
+            lat.push(t.elapsed());
+        }
+        lat.sort();
+        eprintln!(
+            "_search, 10k docs: built in {built:?} ({:.0} docs/s); query p50 {:?} p99 {:?}",
+            n as f64 / built.as_secs_f64(),
+            lat[lat.len() / 2],
+            lat[lat.len() * 99 / 100]
+        );
     }
 
     /// Index build rate for 10k documents (run with `--ignored --nocapture`).

@@ -4,8 +4,8 @@
 //! What it reads: terms, `"phrases"` (with `~slop`), `field:term`,
 //! `field:(group)`, `( … )`, `AND`/`&&`, `OR`/`||`, `NOT`/`!`, `+`/`-`,
 //! ranges `[a TO b]`, `{a TO b}` (mixed brackets, `*` for an open end),
-//! trailing-`*` prefixes, `term~` fuzzy terms, `^boost`, `*:*`, and `\`
-//! escapes.
+//! trailing-`*` prefixes, `term~` fuzzy terms, `^boost`, `*:*`,
+//! `/regex/` terms, and `\` escapes.
 //!
 //! Invariants: clauses combine as Lucene's classic parser combines them
 //! with OR as the default operator (a conjunction makes its neighbours
@@ -60,6 +60,11 @@ pub enum Node {
         field: Option<String>,
         lower: Bound,
         upper: Bound,
+    },
+    /// `/pattern/`: a regular expression a whole term must match.
+    Regex {
+        field: Option<String>,
+        pattern: String,
     },
     Bool(Vec<(Occur, Node)>),
     Boost(Box<Node>, f32),
@@ -389,6 +394,12 @@ impl Parser {
                         field,
                         text,
                         distance: d.clamp(0.0, 2.0) as u8,
+                    }
+                }
+                _ if text.len() >= 2 && text.starts_with('/') && text.ends_with('/') => {
+                    Node::Regex {
+                        field,
+                        pattern: text[1..text.len() - 1].to_string(),
                     }
                 }
                 _ if text == "*" => Node::Prefix {

@@ -256,9 +256,11 @@ impl SearchArgs {
 
 /// One key of a sort.
 #[derive(Debug, Clone, PartialEq)]
-enum SortKey {
+pub(crate) enum SortKey {
     /// Relevance, highest first.
     Score,
+    /// Relevance, lowest first (Clouseau's `<score>`).
+    ScoreAsc,
     Double {
         path: String,
         desc: bool,
@@ -345,7 +347,7 @@ fn sort_keys(sort: Option<&[String]>, meta: &Meta) -> Result<Vec<SortKey>> {
 
 /// A sort value as answered and bookmarked.
 #[derive(Debug, Clone, PartialEq)]
-enum OrderVal {
+pub(crate) enum OrderVal {
     Float(f32),
     Double(f64),
     Str(String),
@@ -353,7 +355,7 @@ enum OrderVal {
 }
 
 impl OrderVal {
-    fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let num = |v: f64| serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number);
         match self {
             OrderVal::Float(f) => json!({"@type": "float", "value": num(f64::from(*f))}),
@@ -363,7 +365,7 @@ impl OrderVal {
         }
     }
 
-    fn from_json(v: &Value) -> Option<OrderVal> {
+    pub(crate) fn from_json(v: &Value) -> Option<OrderVal> {
         let value = v.get("value");
         Some(match v.get("@type")?.as_str()? {
             "float" => OrderVal::Float(value?.as_f64()? as f32),
@@ -378,7 +380,7 @@ impl OrderVal {
 /// A sort value inside one segment: numbers as they are, strings as
 /// `2 × ordinal + 1` (0: no value; an even number: between two terms).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-enum SegVal {
+pub(crate) enum SegVal {
     Num(f64),
     Ord(u64),
     None,
@@ -396,6 +398,7 @@ fn cmp_seg(a: &SegVal, b: &SegVal) -> Ordering {
 fn directed(k: &SortKey, o: Ordering) -> Ordering {
     match k {
         SortKey::Score => o.reverse(),
+        SortKey::ScoreAsc => o,
         SortKey::Double { desc, .. } | SortKey::Str { desc, .. } | SortKey::Id { desc } => {
             if *desc {
                 o.reverse()
@@ -408,7 +411,7 @@ fn directed(k: &SortKey, o: Ordering) -> Ordering {
 }
 
 /// Orders two keys in sort order (Less: comes first).
-fn cmp_keys(keys: &[SortKey], a: &[SegVal], b: &[SegVal]) -> Ordering {
+pub(crate) fn cmp_keys(keys: &[SortKey], a: &[SegVal], b: &[SegVal]) -> Ordering {
     for ((k, x), y) in keys.iter().zip(a).zip(b) {
         let o = cmp_seg(x, y);
         let o = directed(k, o);
@@ -420,7 +423,7 @@ fn cmp_keys(keys: &[SortKey], a: &[SegVal], b: &[SegVal]) -> Ordering {
 }
 
 /// The position of string `s` among a column's terms, as a [`SegVal::Ord`].
-fn seg_position(col: &StrColumn, s: &str) -> std::io::Result<u64> {
+pub(crate) fn seg_position(col: &StrColumn, s: &str) -> std::io::Result<u64> {
     let (mut lo, mut hi) = (0u64, col.num_terms() as u64);
     let mut buf = String::new();
     while lo < hi {
@@ -437,7 +440,8 @@ fn seg_position(col: &StrColumn, s: &str) -> std::io::Result<u64> {
 }
 
 /// What a search collects: the hits after the bookmark in sort order, the
-/// number of matches, and the facet counts asked for.
+/// number of matches, and the facet counts asked for (by fast-field
+/// column path).
 struct HitCollector {
     keys: Vec<SortKey>,
     limit: usize,
@@ -455,7 +459,8 @@ struct SegFruit {
     ranges: Vec<Vec<u64>>,
 }
 
-enum Col {
+/// A sort key's column in one segment.
+pub(crate) enum Col {
     Score,
     Num(Option<Column<f64>>),
     Str(Option<StrColumn>),
@@ -487,43 +492,18 @@ impl Collector for HitCollector {
         reader: &SegmentReader,
     ) -> tantivy::Result<SegCollector> {
         let ff = reader.fast_fields();
-        let mut cols = Vec::with_capacity(self.keys.len());
-        for k in &self.keys {
-            cols.push(match k {
-                SortKey::Score => Col::Score,
-                SortKey::Double { path, .. } => Col::Num(ff.column_opt::<f64>(path)?),
-                SortKey::Str { path, .. } => Col::Str(ff.str(path)?),
-                SortKey::Id { .. } => Col::Str(ff.str("_id")?),
-                SortKey::Unknown => Col::None,
-            });
-        }
+        let cols = columns(reader, &self.keys)?;
         let after = match &self.after {
             None => None,
-            Some(vals) => {
-                let mut out = Vec::with_capacity(vals.len());
-                for (v, col) in vals.iter().zip(&cols) {
-                    out.push(match (v, col) {
-                        (OrderVal::Float(f), Col::Score) => SegVal::Num(f64::from(*f)),
-                        (OrderVal::Double(d), Col::Num(_)) => SegVal::Num(*d),
-                        (OrderVal::Str(s), Col::Str(Some(c))) => SegVal::Ord(seg_position(c, s)?),
-                        (OrderVal::Str(_), Col::Str(None)) => SegVal::Ord(1),
-                        (OrderVal::Null, Col::Str(_)) => SegVal::Ord(0),
-                        _ => SegVal::None,
-                    });
-                }
-                Some(out)
-            }
+            Some(vals) => Some(seg_after(vals, &cols)?),
         };
         let mut count_cols = Vec::new();
-        for name in &self.counts {
-            count_cols.push(ff.str(&format!("s.{}", path_of(name)))?);
+        for path in &self.counts {
+            count_cols.push(ff.str(path)?);
         }
         let mut range_cols = Vec::new();
-        for (name, specs) in &self.ranges {
-            range_cols.push((
-                ff.column_opt::<f64>(&format!("d.{}", path_of(name)))?,
-                specs.clone(),
-            ));
+        for (path, specs) in &self.ranges {
+            range_cols.push((ff.column_opt::<f64>(path)?, specs.clone()));
         }
         Ok(SegCollector {
             keys: self.keys.clone(),
@@ -541,12 +521,82 @@ impl Collector for HitCollector {
     }
 
     fn requires_scoring(&self) -> bool {
-        self.keys.contains(&SortKey::Score)
+        self.keys
+            .iter()
+            .any(|k| matches!(k, SortKey::Score | SortKey::ScoreAsc))
     }
 
     fn merge_fruits(&self, fruits: Vec<Vec<SegFruit>>) -> tantivy::Result<Vec<SegFruit>> {
         Ok(fruits.into_iter().flatten().collect())
     }
+}
+
+/// The columns of `keys` in one segment.
+pub(crate) fn columns(reader: &SegmentReader, keys: &[SortKey]) -> tantivy::Result<Vec<Col>> {
+    let ff = reader.fast_fields();
+    let mut cols = Vec::with_capacity(keys.len());
+    for k in keys {
+        cols.push(match k {
+            SortKey::Score | SortKey::ScoreAsc => Col::Score,
+            SortKey::Double { path, .. } => Col::Num(ff.column_opt::<f64>(path)?),
+            SortKey::Str { path, .. } => Col::Str(ff.str(path)?),
+            SortKey::Id { .. } => Col::Str(ff.str("_id")?),
+            SortKey::Unknown => Col::None,
+        });
+    }
+    Ok(cols)
+}
+
+/// A bookmark's position in one segment's terms.
+pub(crate) fn seg_after(vals: &[OrderVal], cols: &[Col]) -> std::io::Result<Vec<SegVal>> {
+    let mut out = Vec::with_capacity(vals.len());
+    for (v, col) in vals.iter().zip(cols) {
+        out.push(match (v, col) {
+            (OrderVal::Float(f), Col::Score) => SegVal::Num(f64::from(*f)),
+            (OrderVal::Double(d), Col::Num(_)) => SegVal::Num(*d),
+            (OrderVal::Str(s), Col::Str(Some(c))) => SegVal::Ord(seg_position(c, s)?),
+            (OrderVal::Str(_), Col::Str(None)) => SegVal::Ord(1),
+            (OrderVal::Null, Col::Str(_)) => SegVal::Ord(0),
+            _ => SegVal::None,
+        });
+    }
+    Ok(out)
+}
+
+/// A document's sort key in one segment.
+pub(crate) fn seg_key(cols: &[Col], doc: DocId, score: Score) -> Vec<SegVal> {
+    cols.iter()
+        .map(|c| match c {
+            Col::Score => SegVal::Num(f64::from(score)),
+            // Lucene sorts a document without the value as 0.
+            Col::Num(Some(col)) => SegVal::Num(col.first(doc).unwrap_or(0.0)),
+            Col::Num(None) => SegVal::Num(0.0),
+            Col::Str(Some(col)) => SegVal::Ord(col.term_ords(doc).next().map_or(0, |o| 2 * o + 1)),
+            Col::Str(None) => SegVal::Ord(0),
+            Col::None => SegVal::None,
+        })
+        .collect()
+}
+
+/// A segment's sort key as answered.
+pub(crate) fn answered(key: &[SegVal], cols: &[Col], buf: &mut String) -> Vec<OrderVal> {
+    let mut vals = Vec::with_capacity(key.len());
+    for (v, col) in key.iter().zip(cols) {
+        vals.push(match (v, col) {
+            (SegVal::Num(f), Col::Score) => OrderVal::Float(*f as f32),
+            (SegVal::Num(d), _) => OrderVal::Double(*d),
+            (SegVal::Ord(0), _) => OrderVal::Null,
+            (SegVal::Ord(o), Col::Str(Some(c))) => {
+                buf.clear();
+                match c.ord_to_str((o - 1) / 2, buf) {
+                    Ok(true) => OrderVal::Str(buf.clone()),
+                    _ => OrderVal::Null,
+                }
+            }
+            _ => OrderVal::Null,
+        });
+    }
+    vals
 }
 
 fn in_range(r: &RangeSpec, v: f64) -> bool {
@@ -565,20 +615,7 @@ fn in_range(r: &RangeSpec, v: f64) -> bool {
 
 impl SegCollector {
     fn key(&self, doc: DocId, score: Score) -> Vec<SegVal> {
-        self.cols
-            .iter()
-            .map(|c| match c {
-                Col::Score => SegVal::Num(f64::from(score)),
-                // Lucene sorts a document without the value as 0.
-                Col::Num(Some(col)) => SegVal::Num(col.first(doc).unwrap_or(0.0)),
-                Col::Num(None) => SegVal::Num(0.0),
-                Col::Str(Some(col)) => {
-                    SegVal::Ord(col.term_ords(doc).next().map_or(0, |o| 2 * o + 1))
-                }
-                Col::Str(None) => SegVal::Ord(0),
-                Col::None => SegVal::None,
-            })
-            .collect()
+        seg_key(&self.cols, doc, score)
     }
 
     fn prune(&mut self) {
@@ -629,22 +666,7 @@ impl SegmentCollector for SegCollector {
         let mut buf = String::new();
         let mut hits = Vec::with_capacity(self.top.len());
         for (key, doc) in &self.top {
-            let mut vals = Vec::with_capacity(key.len());
-            for (v, col) in key.iter().zip(&self.cols) {
-                vals.push(match (v, col) {
-                    (SegVal::Num(f), Col::Score) => OrderVal::Float(*f as f32),
-                    (SegVal::Num(d), _) => OrderVal::Double(*d),
-                    (SegVal::Ord(0), _) => OrderVal::Null,
-                    (SegVal::Ord(o), Col::Str(Some(c))) => {
-                        buf.clear();
-                        match c.ord_to_str((o - 1) / 2, &mut buf) {
-                            Ok(true) => OrderVal::Str(buf.clone()),
-                            _ => OrderVal::Null,
-                        }
-                    }
-                    _ => OrderVal::Null,
-                });
-            }
+            let vals = answered(key, &self.cols, &mut buf);
             hits.push((vals, DocAddress::new(self.segment, *doc)));
         }
         let mut counts = Vec::with_capacity(self.counts.len());
@@ -670,7 +692,7 @@ impl SegmentCollector for SegCollector {
 }
 
 /// Compares two answered keys in sort order.
-fn cmp_vals(keys: &[SortKey], a: &[OrderVal], b: &[OrderVal]) -> Ordering {
+pub(crate) fn cmp_vals(keys: &[SortKey], a: &[OrderVal], b: &[OrderVal]) -> Ordering {
     let seg = |v: &OrderVal| match v {
         OrderVal::Float(f) => SegVal::Num(f64::from(*f)),
         OrderVal::Double(d) => SegVal::Num(*d),
@@ -691,12 +713,12 @@ fn cmp_vals(keys: &[SortKey], a: &[OrderVal], b: &[OrderVal]) -> Ordering {
     Ordering::Equal
 }
 
-fn b64() -> base64::engine::GeneralPurpose {
+pub(crate) fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
 }
 
 /// The bookmark's position: the `order` of the last hit of the page before.
-fn unpack_bookmark(bookmark: &str, keys: usize) -> Result<Option<Vec<OrderVal>>> {
+pub(crate) fn unpack_bookmark(bookmark: &str, keys: usize) -> Result<Option<Vec<OrderVal>>> {
     let bad = || SearchError::BadRequest("Invalid bookmark".into());
     let bytes = b64()
         .decode(bookmark.trim_end_matches('='))
@@ -716,6 +738,66 @@ fn unpack_bookmark(bookmark: &str, keys: usize) -> Result<Option<Vec<OrderVal>>>
         Some(v) if v.len() == keys => Ok(Some(v)),
         _ => Err(bad()),
     }
+}
+
+/// What a search found: the number of matches, the hits of the page in
+/// sort order, and the counts of each `counts` column and `ranges` range.
+pub(crate) struct Found {
+    pub total: u64,
+    pub hits: Vec<(Vec<OrderVal>, DocAddress)>,
+    pub counts: Vec<HashMap<String, u64>>,
+    pub ranges: Vec<Vec<u64>>,
+}
+
+/// Runs `query`: the first `limit` hits in the order of `keys` after
+/// `after`, and the facets of the `counts` columns (string fast-field
+/// paths) and `ranges` (number fast-field paths).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn execute(
+    searcher: &tantivy::Searcher,
+    query: &dyn tantivy::query::Query,
+    keys: &[SortKey],
+    limit: usize,
+    after: Option<Vec<OrderVal>>,
+    counts: Vec<String>,
+    ranges: Vec<(String, Vec<RangeSpec>)>,
+) -> Result<Found> {
+    let docs = usize::try_from(searcher.num_docs()).unwrap_or(usize::MAX);
+    let limit = limit.min(docs);
+    let collector = HitCollector {
+        keys: keys.to_vec(),
+        limit,
+        after,
+        counts: counts.clone(),
+        ranges: ranges.clone(),
+    };
+    let fruits = searcher.search(query, &collector)?;
+    let mut total = 0u64;
+    let mut hits: Vec<(Vec<OrderVal>, DocAddress)> = Vec::new();
+    let mut count_sums: Vec<HashMap<String, u64>> = vec![HashMap::new(); counts.len()];
+    let mut range_sums: Vec<Vec<u64>> = ranges.iter().map(|(_, s)| vec![0; s.len()]).collect();
+    for f in fruits {
+        total += f.total;
+        hits.extend(f.hits);
+        for (sum, c) in count_sums.iter_mut().zip(f.counts) {
+            for (k, n) in c {
+                *sum.entry(k).or_insert(0) += n;
+            }
+        }
+        for (sum, r) in range_sums.iter_mut().zip(f.ranges) {
+            for (s, n) in sum.iter_mut().zip(r) {
+                *s += n;
+            }
+        }
+    }
+    hits.sort_by(|a, b| cmp_vals(keys, &a.0, &b.0));
+    hits.truncate(limit);
+    Ok(Found {
+        total,
+        hits,
+        counts: count_sums,
+        ranges: range_sums,
+    })
 }
 
 /// The answer of a query on `index` (at `meta`): the members CouchDB's
@@ -742,38 +824,25 @@ pub fn run(
         Some(b) if !b.is_empty() => unpack_bookmark(b, keys.len())?,
         _ => None,
     };
-    let docs = usize::try_from(searcher.num_docs()).unwrap_or(usize::MAX);
-    let limit = args.limit.min(docs);
     let counts = args.counts.clone().unwrap_or_default();
     let ranges = args.ranges.clone().unwrap_or_default();
-    let collector = HitCollector {
-        keys: keys.clone(),
-        limit,
+    let Found {
+        total,
+        hits,
+        counts: count_sums,
+        ranges: range_sums,
+    } = execute(
+        &searcher,
+        &*query,
+        &keys,
+        args.limit,
         after,
-        counts: counts.clone(),
-        ranges: ranges.clone(),
-    };
-    let fruits = searcher.search(&*query, &collector)?;
-    let mut total = 0u64;
-    let mut hits: Vec<(Vec<OrderVal>, DocAddress)> = Vec::new();
-    let mut count_sums: Vec<HashMap<String, u64>> = vec![HashMap::new(); counts.len()];
-    let mut range_sums: Vec<Vec<u64>> = ranges.iter().map(|(_, s)| vec![0; s.len()]).collect();
-    for f in fruits {
-        total += f.total;
-        hits.extend(f.hits);
-        for (sum, c) in count_sums.iter_mut().zip(f.counts) {
-            for (k, n) in c {
-                *sum.entry(k).or_insert(0) += n;
-            }
-        }
-        for (sum, r) in range_sums.iter_mut().zip(f.ranges) {
-            for (s, n) in sum.iter_mut().zip(r) {
-                *s += n;
-            }
-        }
-    }
-    hits.sort_by(|a, b| cmp_vals(&keys, &a.0, &b.0));
-    hits.truncate(limit);
+        counts.iter().map(|n| format!("s.{}", path_of(n))).collect(),
+        ranges
+            .iter()
+            .map(|(n, r)| (format!("d.{}", path_of(n)), r.clone()))
+            .collect(),
+    )?;
     let mut out_hits = Vec::with_capacity(hits.len());
     let mut ids = Vec::with_capacity(hits.len());
     let mut last_order: Option<Value> = None;

@@ -25,7 +25,7 @@ fn server_endpoints() {
     // pluggable-storage-engines and reshard, which Settee has not).
     assert_eq!(
         v["features"],
-        serde_json::json!(["nouveau", "partitioned", "scheduler"])
+        serde_json::json!(["search", "nouveau", "partitioned", "scheduler"])
     );
     assert_eq!(s.anon("GET", "/_up", None).json()["status"], "ok");
 

@@ -129,6 +129,7 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         ["_active_tasks"] => server::active_tasks(app, req),
         ["_membership"] => server::membership(req),
         ["_cluster_setup"] => cluster_setup::cluster_setup(app, req).await,
+        ["_search_analyze"] => search::analyze(req).await,
         ["_node", node, rest @ ..] => server::node(app, req, node, rest).await,
         ["favicon.ico"] => Ok(server::favicon()),
         ["_utils", ..] => Err(ApiError::not_found("missing")),
@@ -177,7 +178,7 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
             Err(ApiError::not_found("missing"))
         }
         [db, "_view_cleanup"] => view::cleanup(app, req, db).await,
-        [db, "_nouveau_cleanup"] => search::cleanup(app, req, db).await,
+        [db, "_nouveau_cleanup" | "_search_cleanup"] => search::cleanup(app, req, db).await,
         [db, "_ensure_full_commit"] => db::ensure_full_commit(app, req, db).await,
         [db, "_revs_limit"] => db::revs_limit(app, req, db).await,
         [db, "_security"] => db::security(app, req, db).await,
@@ -208,6 +209,10 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
         [db, "_design", ddoc, "_nouveau", index] => search::query(app, req, db, ddoc, index).await,
         [db, "_design", ddoc, "_nouveau_info", index] => {
             search::info(app, req, db, ddoc, index).await
+        }
+        [db, "_design", ddoc, "_search", index] => search::search(app, req, db, ddoc, index).await,
+        [db, "_design", ddoc, kind @ ("_search_info" | "_search_disk_size"), index] => {
+            search::search_info(app, req, db, ddoc, kind, index).await
         }
         [db, "_design", ddoc, "_show", rest @ ..] => show::show(app, req, db, ddoc, rest, &s).await,
         [db, "_design", ddoc, "_update", rest @ ..] => {
@@ -275,6 +280,7 @@ const DB_ENDPOINTS: &[&str] = &[
     "_purged_infos_limit",
     "_revs_diff",
     "_revs_limit",
+    "_search_cleanup",
     "_security",
     "_shards",
     "_sync_shards",

@@ -81,7 +81,7 @@ fn served(rest: &[&str]) -> bool {
         ["_all_docs" | "_find" | "_explain"]
             | ["_design", _, "_view", _]
             | ["_design", _, "_view", _, "queries"]
-            | ["_design", _, "_nouveau", _]
+            | ["_design", _, "_nouveau" | "_search", _]
             | ["_design", _, "_show" | "_list" | "_update" | "_rewrite", ..]
     )
 }

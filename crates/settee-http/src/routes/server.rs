@@ -24,9 +24,9 @@ pub const COUCHDB_VERSION: &str = "3.4.3";
 
 const GET: &[Method] = &[Method::GET, Method::HEAD];
 
-/// The `features` of `GET /`, in CouchDB's order: partitioned databases
-/// and the replication scheduler.
-pub const FEATURES: [&str; 3] = ["nouveau", "partitioned", "scheduler"];
+/// The `features` of `GET /`, in CouchDB's order: full-text search (both
+/// APIs), partitioned databases and the replication scheduler.
+pub const FEATURES: [&str; 4] = ["search", "nouveau", "partitioned", "scheduler"];
 
 pub fn welcome(app: &App, req: &Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
