@@ -294,7 +294,12 @@ impl<'de> Visitor<'de> for Term<'_> {
             self.0.push(tag::NIL);
         } else if bytes_only && n <= u32::from(u16::MAX) {
             // A list of integers 0..=255 is written as a string.
-            let bytes: Vec<u8> = self.0[start + 5..].iter().skip(1).step_by(2).copied().collect();
+            let bytes: Vec<u8> = self.0[start + 5..]
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .copied()
+                .collect();
             self.0.truncate(start);
             self.0.push(tag::STRING);
             self.0.extend_from_slice(&(n as u16).to_be_bytes());
@@ -330,7 +335,10 @@ mod tests {
     /// an update, a deletion).
     #[test]
     fn edits_hash_as_couchdb_hashes_them() {
-        assert_eq!(hex_of(None, false, "{}"), "967a00dff5e02add41819138abb3284d");
+        assert_eq!(
+            hex_of(None, false, "{}"),
+            "967a00dff5e02add41819138abb3284d"
+        );
         assert_eq!(
             hex_of(None, false, r#"{"foo":"bar"}"#),
             "4c6114c65e295552ab1019e2b046b10e"
@@ -355,7 +363,10 @@ mod tests {
     fn lists_of_bytes_are_strings() {
         // Recorded from CouchDB 3.4.3.
         let body = format!(r#"{{"k2":"{}","a":[0]}}"#, "x".repeat(300));
-        assert_eq!(hex_of(None, false, &body), "62ef24e07d54b2816a53972c213f8f8d");
+        assert_eq!(
+            hex_of(None, false, &body),
+            "62ef24e07d54b2816a53972c213f8f8d"
+        );
     }
 
     #[test]
@@ -372,8 +383,14 @@ mod tests {
 
     #[test]
     fn integers_and_doubles_differ_and_big_integers_are_bignums() {
-        assert_ne!(hash(None, false, r#"{"a":1}"#), hash(None, false, r#"{"a":1.0}"#));
-        assert_eq!(hash(None, false, r#"{"a":1e2}"#), hash(None, false, r#"{"a":100.0}"#));
+        assert_ne!(
+            hash(None, false, r#"{"a":1}"#),
+            hash(None, false, r#"{"a":1.0}"#)
+        );
+        assert_eq!(
+            hash(None, false, r#"{"a":1e2}"#),
+            hash(None, false, r#"{"a":100.0}"#)
+        );
         let mut out = Vec::new();
         integer(&mut out, 12_345_678_901_234_567_890);
         assert_eq!(out[..3], [tag::SMALL_BIG, 8, 0]);

@@ -15,12 +15,14 @@ use serde_json::Value;
 
 #[test]
 fn every_recorded_edit_gets_couchdbs_revision_id() {
-    let golden: Value = serde_json::from_str(include_str!(
-        "../../../tests/conformance/revision_ids.json"
-    ))
-    .expect("golden file");
+    let golden: Value =
+        serde_json::from_str(include_str!("../../../tests/conformance/revision_ids.json"))
+            .expect("golden file");
     let cases = golden["cases"].as_array().expect("cases");
-    assert!(cases.len() >= 100, "the corpus is generated, not hand-picked");
+    assert!(
+        cases.len() >= 100,
+        "the corpus is generated, not hand-picked"
+    );
     let s = Server::start();
     let agent = common::agent();
     let call = |method: &str, path: &str, ctype: &str, body: &[u8]| {
@@ -33,7 +35,11 @@ fn every_recorded_edit_gets_couchdbs_revision_id() {
             Some(body),
         );
         let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        (r.status, v["rev"].as_str().unwrap_or_default().to_string(), r.body)
+        (
+            r.status,
+            v["rev"].as_str().unwrap_or_default().to_string(),
+            r.body,
+        )
     };
     assert_eq!(call("PUT", "/revs", "application/json", b"").0, 201);
     let mut differing = Vec::new();
@@ -41,7 +47,8 @@ fn every_recorded_edit_gets_couchdbs_revision_id() {
     for c in cases {
         let id = c["id"].as_str().unwrap();
         let path = format!("/revs/{id}");
-        let (status, rev, body) = call("PUT", &path, json, c["create"].as_str().unwrap().as_bytes());
+        let (status, rev, body) =
+            call("PUT", &path, json, c["create"].as_str().unwrap().as_bytes());
         assert_eq!(status, 201, "{id}: {body}");
         if rev != c["rev1"] {
             differing.push(format!("{id} create: {rev} vs CouchDB's {}", c["rev1"]));
@@ -72,5 +79,11 @@ fn every_recorded_edit_gets_couchdbs_revision_id() {
             differing.push(format!("{id} delete: {r} vs CouchDB's {}", c["rev3"]));
         }
     }
-    assert!(differing.is_empty(), "{} of {} cases differ:\n{}", differing.len(), cases.len(), differing.join("\n"));
+    assert!(
+        differing.is_empty(),
+        "{} of {} cases differ:\n{}",
+        differing.len(),
+        cases.len(),
+        differing.join("\n")
+    );
 }
