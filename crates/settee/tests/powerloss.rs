@@ -744,7 +744,13 @@ fn indexes_agree(s: &Server) {
 
 #[test]
 fn every_durable_write_survives_a_power_cut() {
-    let lazy = Lazy::mount();
+    // LazyFS keeps every byte written in its cache (1 GiB by default);
+    // long runs need more (`SETTEE_POWERLOSS_CACHE_MB`).
+    let cache_mb = std::env::var("SETTEE_POWERLOSS_CACHE_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let lazy = Lazy::mount_with_cache(cache_mb);
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("stderr.log");
     let data = lazy.dir.join("data");
