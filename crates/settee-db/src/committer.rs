@@ -240,7 +240,12 @@ impl Committer {
                 Ok(first) => {
                     let mut commits = vec![first];
                     commits.extend(self.rx.try_iter());
-                    self.core.lock().commit(commits);
+                    let mut core = self.core.lock();
+                    core.commit(commits);
+                    // A steady stream of delayed commits never lets the
+                    // receive time out: the flush deadline is checked here
+                    // too, or they would stay unsynced for as long as it lasts.
+                    core.sync_if_due(self.tick);
                 }
                 Err(RecvTimeoutError::Timeout) => self.core.lock().sync_if_due(self.tick),
                 Err(RecvTimeoutError::Disconnected) => {
