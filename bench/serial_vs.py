@@ -100,10 +100,15 @@ def pct(sorted_lat, p):
     return sorted_lat[i]
 
 
-def summary(lat, ops, secs):
+def summary(lat, ops, secs, cpu0):
+    """The figures of one scenario run; `cpu0` is this process's CPU time
+    when it started, so the client's own CPU per request shows how much of
+    each latency is the client's (a neutral client is not a free one)."""
     lat.sort()
+    cpu = time.process_time() - cpu0
     return {"ops": ops, "secs": secs, "ops_s": ops / secs if secs else 0.0,
-            "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3}
+            "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3,
+            "client_cpu_us": cpu / ops * 1e6 if ops else float("nan")}
 
 
 def fsync_floor(directory, n=2000):
@@ -144,6 +149,7 @@ def put_durable(c, db, secs, tag):
     full = {"X-Couch-Full-Commit": "true"}
     t_end = time.perf_counter() + secs
     start = time.perf_counter()
+    cpu0 = time.process_time()
     while time.perf_counter() < t_end:
         t0 = time.perf_counter()
         status, data = c.call("PUT", f"/{db}/{tag}-{n:08}", body, full)
@@ -151,13 +157,14 @@ def put_durable(c, db, secs, tag):
         if status != 201:
             raise SystemExit(f"PUT: {status} {data[:200]!r}")
         n += 1
-    return summary(lat, n, time.perf_counter() - start)
+    return summary(lat, n, time.perf_counter() - start, cpu0)
 
 
 def get_random(c, db, docs, secs, rng):
     lat, n = [], 0
     t_end = time.perf_counter() + secs
     start = time.perf_counter()
+    cpu0 = time.process_time()
     while time.perf_counter() < t_end:
         want = f"{rng.randrange(docs):010}"
         t0 = time.perf_counter()
@@ -166,13 +173,14 @@ def get_random(c, db, docs, secs, rng):
         if status != 200 or json.loads(data)["_id"] != want:
             raise SystemExit(f"GET {want}: {status} {data[:200]!r}")
         n += 1
-    return summary(lat, n, time.perf_counter() - start)
+    return summary(lat, n, time.perf_counter() - start, cpu0)
 
 
 def all_docs_50(c, db, docs, secs):
     lat, rows_read, pages = [], 0, 0
     t_end = time.perf_counter() + secs
     start = time.perf_counter()
+    cpu0 = time.process_time()
     key = None
     while time.perf_counter() < t_end:
         q = "include_docs=true&limit=51"
@@ -190,7 +198,7 @@ def all_docs_50(c, db, docs, secs):
         rows_read += len(page)
         pages += 1
         key = rows[50]["key"] if len(rows) > 50 else None  # wrap round at the end
-    s = summary(lat, pages, time.perf_counter() - start)
+    s = summary(lat, pages, time.perf_counter() - start, cpu0)
     s["docs_s"] = rows_read / s["secs"] if s["secs"] else 0.0
     return s
 
@@ -238,17 +246,19 @@ def main():
     floor_p99 = statistics.median(f["p99_ms"] for f in floors)
     print(f"\nfsync_floor ({a.fsync_dir}): p50 {floor_p50:.3f} ms, p99 {floor_p99:.3f} ms "
           f"(median of {len(floors)} probes of 2,000 fdatasyncs)\n")
-    print("| scenario | server | ops/s (median of rounds) | p50 ms | p99 ms | rounds (ops/s) | ratio to first |")
-    print("|---|---|---:|---:|---:|---|---:|")
+    print("| scenario | server | ops/s (median of rounds) | p50 ms | p99 ms | client CPU µs/req | rounds (ops/s) | ratio to first |")
+    print("|---|---|---:|---:|---:|---:|---|---:|")
     med = {}
     for scen in ("put_durable", "get_random", "all_docs_50"):
         for name in names:
             runs = results[name][scen]
-            m = {k: statistics.median(x[k] for x in runs) for k in ("ops_s", "p50_ms", "p99_ms")}
+            m = {k: statistics.median(x[k] for x in runs)
+                 for k in ("ops_s", "p50_ms", "p99_ms", "client_cpu_us")}
             med[(scen, name)] = m
             base = med[(scen, names[0])]["ops_s"]
             ratio = "" if name == names[0] else f"{base / m['ops_s']:.1f}×"
             print(f"| {scen} | {name} | {m['ops_s']:.0f} | {m['p50_ms']:.3f} | {m['p99_ms']:.3f} | "
+                  f"{m['client_cpu_us']:.0f} | "
                   + ", ".join(f"{x['ops_s']:.0f}" for x in runs) + f" | {ratio} |")
     p = med[("put_durable", names[0])]["p50_ms"]
     print(f"\nput_durable p50 on {names[0]}: {p:.3f} ms = {p / floor_p50:.2f} × the fsync floor")

@@ -1,5 +1,6 @@
 //! CouchDB 3.4's access model as pure logic: who a requester is
-//! ([`UserCtx`]), how passwords are hashed and checked ([`password`]), the
+//! ([`UserCtx`]), how passwords are hashed and checked ([`password`]) and which
+//! passwords are allowed ([`password_rules`]), the
 //! rules for documents in the `_users` database ([`users`]), the
 //! `AuthSession` cookie ([`cookie`]), per-database security objects
 //! ([`security`]), JSON Web Tokens ([`jwt`]) and proxy authentication
@@ -19,6 +20,7 @@
 pub mod cookie;
 pub mod jwt;
 pub mod password;
+pub mod password_rules;
 pub mod proxy;
 pub mod security;
 pub mod users;

@@ -140,8 +140,13 @@ pub fn check_write(doc_id: &str, user: &UserCtx, sec: &SecurityObject) -> Result
 /// `Password value of '…' is invalid.` / `Salt value of '…' is invalid.`
 /// (the value in Erlang's `~p` notation, best effort: no line breaks);
 /// a non-boolean `preserve_salt` is CouchDB's crash, 500 `case_clause`.
-/// `iterations` below 1 are taken as 1.
-pub fn before_write(doc: &mut Map<String, Value>, iterations: u32) -> Result<(), AuthError> {
+/// `iterations` below 1 are taken as 1. A string password is first held
+/// to `policy` (`[chttpd_auth] password_regexp`).
+pub fn before_write(
+    doc: &mut Map<String, Value>,
+    iterations: u32,
+    policy: &crate::password_rules::PasswordPolicy,
+) -> Result<(), AuthError> {
     let preserve_salt = match doc.get("preserve_salt") {
         None => false,
         Some(Value::Bool(b)) => *b,
@@ -154,7 +159,10 @@ pub fn before_write(doc: &mut Map<String, Value>, iterations: u32) -> Result<(),
     };
     let password = match doc.get("password") {
         None | Some(Value::Null) => return Ok(()),
-        Some(Value::String(p)) => p.clone(),
+        Some(Value::String(p)) => {
+            policy.check(p)?;
+            p.clone()
+        }
         Some(other) => {
             return Err(AuthError::forbidden(format!(
                 "Password value of '{}' is invalid.",
@@ -905,7 +913,7 @@ mod tests {
             json!({"_id": "org.couchdb.user:p8", "_rev": "1-a", "a": 1, "name": "p8",
             "password_sha": "x", "roles": [], "type": "user", "password": "pw", "derived_key": "zz"}),
         );
-        before_write(&mut d, 10).unwrap();
+        before_write(&mut d, 10, &Default::default()).unwrap();
         let keys: Vec<&str> = d.keys().map(String::as_str).collect();
         assert_eq!(
             keys,
@@ -940,7 +948,7 @@ mod tests {
             json!({"name": "a3", "password": null, "password_sha": "x"}),
         ] {
             let mut d = obj(doc.clone());
-            before_write(&mut d, 10).unwrap();
+            before_write(&mut d, 10, &Default::default()).unwrap();
             assert_eq!(Value::Object(d), doc);
         }
     }
@@ -951,14 +959,14 @@ mod tests {
             json!({"_id": "org.couchdb.user:a4", "_rev": "1-a", "_deleted": true,
             "password": "zz", "foo": 1}),
         );
-        before_write(&mut d, 10).unwrap();
+        before_write(&mut d, 10, &Default::default()).unwrap();
         assert!(!d.contains_key("password"));
         assert!(UserHash::from_user_doc(&Value::Object(d.clone()))
             .unwrap()
             .verify("zz"));
         assert_eq!(d["_deleted"], true);
         let mut d = obj(json!({"password": ""}));
-        before_write(&mut d, 10).unwrap();
+        before_write(&mut d, 10, &Default::default()).unwrap();
         assert!(UserHash::from_user_doc(&Value::Object(d))
             .unwrap()
             .verify(""));
@@ -967,7 +975,7 @@ mod tests {
     #[test]
     fn before_write_preserve_salt() {
         let mut d = obj(json!({"preserve_salt": true, "salt": "abc", "password": "pw"}));
-        before_write(&mut d, 1000).unwrap();
+        before_write(&mut d, 1000, &Default::default()).unwrap();
         assert_eq!(d["salt"], "abc");
         assert!(!d.contains_key("preserve_salt"));
         // CouchDB 3.4.3 stored this key for p2 (salt "abc", 1000 iterations).
@@ -976,10 +984,10 @@ mod tests {
             "e00f085c08a8994c073165c18724c2942f6b0c977f20daa6edc594903ce44179"
         );
         let mut d = obj(json!({"preserve_salt": true, "password": "pw"}));
-        before_write(&mut d, 10).unwrap();
+        before_write(&mut d, 10, &Default::default()).unwrap();
         assert_eq!(d["salt"].as_str().unwrap().len(), 32);
         let mut d = obj(json!({"preserve_salt": false, "salt": "abc", "password": "pw"}));
-        before_write(&mut d, 10).unwrap();
+        before_write(&mut d, 10, &Default::default()).unwrap();
         assert_ne!(d["salt"], "abc");
     }
 
@@ -1020,14 +1028,14 @@ mod tests {
         for (doc, reason) in cases {
             let mut d = obj(doc.clone());
             assert_eq!(
-                before_write(&mut d, 10),
+                before_write(&mut d, 10, &Default::default()),
                 Err(AuthError::forbidden(reason)),
                 "{doc}"
             );
             assert_eq!(Value::Object(d), doc, "unchanged on error");
         }
         let mut d = obj(json!({"preserve_salt": 1}));
-        let e = before_write(&mut d, 10).unwrap_err();
+        let e = before_write(&mut d, 10, &Default::default()).unwrap_err();
         assert_eq!(
             (e.status(), e.error(), e.reason()),
             (500, "case_clause", "1")

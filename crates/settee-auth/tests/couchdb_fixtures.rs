@@ -73,7 +73,7 @@ fn before_write_then_couchdb_shape() {
     // the same order.
     let mut d = json!({"_id": "org.couchdb.user:fast", "name": "fast", "password": "fastpw",
         "roles": ["reader"], "type": "user"});
-    users::before_write(d.as_object_mut().unwrap(), 1000).unwrap();
+    users::before_write(d.as_object_mut().unwrap(), 1000, &Default::default()).unwrap();
     let ours: Vec<String> = d.as_object().unwrap().keys().cloned().collect();
     let theirs: Vec<String> = doc(FAST)
         .as_object()

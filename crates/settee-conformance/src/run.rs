@@ -143,7 +143,7 @@ fn run_steps(t: &Target, sc: &Scenario, db: &str) -> Result<Vec<Value>, String> 
 }
 
 fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request, String> {
-    let path = subst(&step.path, db, prev)?;
+    let path = subst(&step.path, db, &t.addr, prev)?;
     let mut headers: Vec<(String, String)> = Vec::new();
     if step.accept {
         headers.push(("Accept".into(), "application/json".into()));
@@ -154,11 +154,13 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
             basic(&format!("{}:{}", t.admin.0, t.admin.1)),
         )),
         Auth::None => {}
-        Auth::Basic(c) => headers.push(("Authorization".into(), basic(&subst(c, db, prev)?))),
+        Auth::Basic(c) => {
+            headers.push(("Authorization".into(), basic(&subst(c, db, &t.addr, prev)?)))
+        }
     }
     let mut body = match (&step.bytes, &step.body) {
         (Some(b), _) => Some(b.clone()),
-        (None, Some(b)) => Some(subst(b, db, prev)?.into_bytes()),
+        (None, Some(b)) => Some(subst(b, db, &t.addr, prev)?.into_bytes()),
         (None, None) => None,
     };
     if body.is_some()
@@ -171,7 +173,7 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
         headers.push(("Content-Type".into(), "application/json".into()));
     }
     for (k, v) in &step.headers {
-        let v = subst(v, db, prev)?;
+        let v = subst(v, db, &t.addr, prev)?;
         // A scenario's own header replaces a default of the same name.
         headers.retain(|(h, _)| !h.eq_ignore_ascii_case(k));
         headers.push((k.clone(), v));
@@ -191,8 +193,9 @@ fn build(t: &Target, step: &Step, db: &str, prev: &[Response]) -> Result<Request
     })
 }
 
-/// Replaces `${db}`, `${N.path}`, `${N.h.Header}` and `${...|url}`.
-fn subst(s: &str, db: &str, prev: &[Response]) -> Result<String, String> {
+/// Replaces `${db}`, `${host}` (the server's `host:port`, e.g. for a
+/// `Referer`), `${N.path}`, `${N.h.Header}` and `${...|url}`.
+fn subst(s: &str, db: &str, host: &str, prev: &[Response]) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find("${") {
@@ -208,6 +211,8 @@ fn subst(s: &str, db: &str, prev: &[Response]) -> Result<String, String> {
         };
         let v = if expr == "db" {
             db.to_string()
+        } else if expr == "host" {
+            host.to_string()
         } else {
             let (n, path) = expr
                 .split_once('.')

@@ -51,10 +51,14 @@ use crate::error::{Error, Result};
 use crate::keys::{self, DbId};
 use crate::poison::Poison;
 use crate::reader::try_scan;
-use crate::records::{decode, encode, DocRecordHead};
+use crate::records::{decode, encode};
 
-/// Records per block when a block is cut.
-pub const BLOCK: u64 = 4096;
+/// Records per block when a block is cut. Smaller blocks make a count
+/// scan fewer records (at most about [`BLOCK_MAX`]) and read more block
+/// entries (one per block before the key): at 1,024 an `_all_docs` page
+/// of 50 by start key over 20k documents took p50 0.32 ms where 4,096 took
+/// 0.48 ms (one Python client, machine under a build's load; issue 43).
+pub const BLOCK: u64 = 1024;
 
 /// Records past which a block is cut again.
 pub const BLOCK_MAX: u64 = 2 * BLOCK;
@@ -465,7 +469,7 @@ fn chunk(
         &hi,
         false,
         &mut |k, v| {
-            let live = DocRecordHead::decode(v)?.is_live();
+            let live = crate::record_live::is_live(v)?;
             let last = chunks.len() - 1;
             if chunks[last].1.records == BLOCK {
                 chunks.push((keys::doc_id(k).into(), Counts::default(), None));
@@ -507,7 +511,7 @@ fn cut_end(
     if !done {
         try_scan(view, poison, Keyspace::Docs, &lo, &hi, true, &mut |k, v| {
             current.records += 1;
-            current.live += u64::from(DocRecordHead::decode(v)?.is_live());
+            current.live += u64::from(crate::record_live::is_live(v)?);
             if current_last.is_none() {
                 current_last = Some(keys::doc_id(k).into());
             }

@@ -36,6 +36,7 @@ pub mod options;
 pub mod poison;
 pub mod query;
 pub mod reader;
+mod record_live;
 pub mod records;
 mod records_fast;
 pub mod time_seq;

@@ -762,7 +762,7 @@ impl Reader {
             return Ok(c);
         }
         self.try_scan(Keyspace::Docs, &from, &to, false, &mut |_, v| {
-            if DocRecordHead::decode(v)?.is_live() {
+            if crate::record_live::is_live(v)? {
                 c.live += 1;
                 c.live_bytes += v.len() as u64;
             } else {
@@ -785,7 +785,7 @@ impl Reader {
                 return Ok(false);
             }
             seen += 1;
-            live += u64::from(DocRecordHead::decode(v)?.is_live());
+            live += u64::from(crate::record_live::is_live(v)?);
             Ok(true)
         })?;
         Ok((live, resume))
@@ -807,7 +807,7 @@ impl Reader {
         }
         let mut live = 0u64;
         self.try_scan(Keyspace::Docs, &from, &to, !descending, &mut |_, v| {
-            live += u64::from(DocRecordHead::decode(v)?.is_live());
+            live += u64::from(crate::record_live::is_live(v)?);
             Ok(live < cap)
         })?;
         Ok(live)

@@ -142,15 +142,15 @@ fn offsets_stay_exact_through_appends_in_id_order() {
         .map(|n| doc(json!({"_id": format!("k{n:06}"), "_deleted": n % 5 == 0})))
         .collect();
     write(&db, &mut model, docs);
-    // Appends started a new block at every 4,096th record (no cut, which
+    // Appends started a new block at every 1,024th record (`BLOCK`) (no cut, which
     // would leave chunks of other sizes at the ends).
     let blocks = stored_blocks(store.as_ref(), 1);
-    assert_eq!(blocks.len(), 58_000 / 4096 + 1);
+    assert_eq!(blocks.len(), 58_000 / 1024 + 1);
     for (i, (b, (records, _))) in blocks.iter().enumerate() {
         let expect = if i + 1 == blocks.len() {
-            58_000 % 4096
+            58_000 % 1024
         } else {
-            4096
+            1024
         };
         assert_eq!(
             *records,
@@ -256,7 +256,7 @@ fn assert_blocks_match(store: &MemStore, db: u64) {
             String::from_utf8_lossy(b)
         );
         assert!(
-            records <= 2 * 4096 + 4096,
+            records <= 2 * 1024 + 4096,
             "block {i} holds {records} records"
         );
     }

@@ -41,6 +41,7 @@ use settee_auth::password::UserHash;
 pub use settee_auth::password::{
     hash_password, is_password_hash, verify_password, PBKDF2_ITERATIONS,
 };
+use settee_auth::password_rules::PasswordPolicy;
 pub use settee_auth::{SecurityObject, UserCtx};
 use settee_db::{Database, Engine, GetOptions};
 
@@ -88,9 +89,10 @@ pub async fn users_db_write(
         return Ok(doc);
     }
     let (user, sec, db) = (req.user.clone(), db_security(req).into_owned(), db.clone());
+    let policy = Arc::clone(&req.settings.password_policy);
     tokio::task::spawn_blocking(move || {
         let mut doc = doc;
-        user_doc_write(&user, &sec, &db, &mut doc)?;
+        user_doc_write(&user, &sec, &db, &mut doc, &policy)?;
         Ok(doc)
     })
     .await?
@@ -102,8 +104,9 @@ pub fn user_doc_write(
     sec: &SecurityObject,
     db: &Database,
     doc: &mut serde_json::Map<String, Value>,
+    policy: &PasswordPolicy,
 ) -> ApiResult<()> {
-    let id = user_doc_prepare(user, sec, doc)?;
+    let id = user_doc_prepare(user, sec, doc, policy)?;
     user_doc_validate(user, sec, db, &id, doc)
 }
 
@@ -114,6 +117,7 @@ pub fn user_doc_prepare(
     user: &UserCtx,
     sec: &SecurityObject,
     doc: &mut serde_json::Map<String, Value>,
+    policy: &PasswordPolicy,
 ) -> ApiResult<String> {
     let id = doc
         .get("_id")
@@ -121,7 +125,7 @@ pub fn user_doc_prepare(
         .unwrap_or_default()
         .to_string();
     settee_auth::users::check_write(&id, user, sec)?;
-    settee_auth::users::before_write(doc, PBKDF2_ITERATIONS)?;
+    settee_auth::users::before_write(doc, PBKDF2_ITERATIONS, policy)?;
     Ok(id)
 }
 

@@ -115,6 +115,13 @@ pub struct Settings {
     pub reduce_limit: bool,
     /// `[couchdb] max_attachment_size` (absent or `infinity`: no limit).
     pub max_attachment_size: u64,
+    /// `[query_server_config] partition_query_limit`: the default and
+    /// largest `limit` of a partition's view and `_all_docs` queries
+    /// (CouchDB's default 2000).
+    pub partition_query_limit: u64,
+    /// `[chttpd_auth] password_regexp` (or `[couch_httpd_auth]`'s): the
+    /// rules a new password must meet.
+    pub password_policy: Arc<settee_auth::password_rules::PasswordPolicy>,
     /// `[attachments] compressible_types` and `compression_level`.
     pub att_compression: settee_db::atts::AttCompression,
 }
@@ -214,6 +221,11 @@ impl Settings {
             os_process_timeout_ms: number("couchdb", "os_process_timeout", 5000),
             reduce_limit: boolean("query_server_config", "reduce_limit", true),
             max_attachment_size: number("couchdb", "max_attachment_size", u64::MAX),
+            partition_query_limit: number("query_server_config", "partition_query_limit", 2000),
+            password_policy: Arc::new(settee_auth::password_rules::PasswordPolicy::parse(
+                get("chttpd_auth", "password_regexp")
+                    .or_else(|| get("couch_httpd_auth", "password_regexp")),
+            )),
             att_compression: {
                 let d = settee_db::atts::AttCompression::default();
                 settee_db::atts::AttCompression {
@@ -277,6 +289,7 @@ fn validate(section: &str, key: &str, value: &str) -> ApiResult<()> {
         | ("uuids", "max_count")
         | ("chttpd", "max_db_number_for_dbs_info_req")
         | ("cors", "max_age")
+        | ("query_server_config", "partition_query_limit")
             if !value.trim().parse::<u64>().is_ok_and(|n| n > 0) =>
         {
             "a positive integer"

@@ -416,6 +416,9 @@ pub async fn handle(app: &App, req: &mut Req, name: &str, kind: Kind) -> ApiResu
     let db = app.db(name)?;
     let mut opts = request_opts(req).await?;
     opts.partition = req.partition.clone();
+    if opts.partition.is_some() {
+        super::view::partition_limit(req, &mut opts.limit)?;
+    }
     let reader = db.reader()?;
     let blobs = db.blobs();
     quick_first_response(move |sink, attempt| {

@@ -762,7 +762,7 @@ pub fn check_inline_sizes(doc: &Doc, max: u64) -> ApiResult<()> {
     Ok(())
 }
 
-fn too_large(name: &str) -> ApiError {
+pub(crate) fn too_large(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "attachment_too_large",
@@ -807,7 +807,9 @@ pub fn attach_stored(
 }
 
 /// The next part of a multipart body, within the body timeout.
-async fn next_part<'a>(mp: &mut multer::Multipart<'a>) -> ApiResult<Option<multer::Field<'a>>> {
+pub(crate) async fn next_part<'a>(
+    mp: &mut multer::Multipart<'a>,
+) -> ApiResult<Option<multer::Field<'a>>> {
     match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, mp.next_field()).await {
         Err(_) => Err(ApiError::body_timeout()),
         Ok(Ok(f)) => Ok(f),
@@ -817,7 +819,7 @@ async fn next_part<'a>(mp: &mut multer::Multipart<'a>) -> ApiResult<Option<multe
     }
 }
 
-async fn next_chunk(field: &mut multer::Field<'_>) -> ApiResult<Option<Bytes>> {
+pub(crate) async fn next_chunk(field: &mut multer::Field<'_>) -> ApiResult<Option<Bytes>> {
     match tokio::time::timeout(crate::request::BODY_READ_TIMEOUT, field.chunk()).await {
         Err(_) => Err(ApiError::body_timeout()),
         Ok(Ok(c)) => Ok(c),
@@ -940,7 +942,7 @@ pub async fn put_multipart(
 type Follows = (String, String, Option<String>, Option<u64>, Option<u64>);
 
 /// The `boundary` parameter of a multipart content type.
-fn multipart_boundary(ct: &str) -> Option<String> {
+pub(crate) fn multipart_boundary(ct: &str) -> Option<String> {
     ct.split(';').skip(1).find_map(|p| {
         let (k, v) = p.split_once('=')?;
         k.trim()

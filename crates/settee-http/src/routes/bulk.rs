@@ -361,6 +361,7 @@ async fn users_db_docs(
     let texts: Vec<String> = docs.iter().map(|d| (*d).to_string()).collect();
     let user = req.user.clone();
     let sec = crate::auth::db_security(req).into_owned();
+    let policy = std::sync::Arc::clone(&req.settings.password_policy);
     let db = db.clone();
     tokio::task::spawn_blocking(move || {
         texts
@@ -371,7 +372,7 @@ async fn users_db_docs(
                 if let Value::Object(m) = &mut v {
                     let id = m.get("_id").and_then(Value::as_str).unwrap_or_default();
                     if !(id.starts_with("_design/") || id.starts_with("_local/")) {
-                        let id = crate::auth::user_doc_prepare(&user, &sec, m)?;
+                        let id = crate::auth::user_doc_prepare(&user, &sec, m, &policy)?;
                         verdict = crate::auth::user_doc_validate(&user, &sec, &db, &id, m);
                     }
                 }

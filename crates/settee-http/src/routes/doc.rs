@@ -56,8 +56,8 @@ use crate::request::{local_parts, parse_json_bytes, parse_rev, Req};
 use crate::state::App;
 use settee_db::json::AttView;
 
-const DOC_METHODS: &[&str] = &["GET", "HEAD", "PUT", "DELETE", "COPY"];
-// CouchDB's list (POST is its form upload of attachments, not served here).
+const DOC_METHODS: &[&str] = &["GET", "HEAD", "PUT", "DELETE", "COPY", "POST"];
+// CouchDB's list (POST is its form upload of attachments).
 const DOC_ALLOW: &str = "DELETE,GET,HEAD,POST,PUT,COPY";
 
 pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiResult<Response> {
@@ -71,6 +71,12 @@ pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiR
         // Only a write refuses the id; a read (DELETE and COPY read first)
         // finds no document by it.
         Err(e) if req.method == Method::PUT => return Err(e.into()),
+        // A form upload's own checks come first.
+        Err(e) if req.method == Method::POST => {
+            app.db(db_name)?;
+            super::form_upload::check_form(req)?;
+            return Err(e.into());
+        }
         Err(_) => {
             app.db(db_name)?;
             require_db_reader(req)?;
@@ -98,12 +104,14 @@ pub async fn handle(app: &App, req: &mut Req, db_name: &str, id: String) -> ApiR
             write(app, req, &db, &id, map).await
         }
         Method::DELETE => delete(app, req, &db, &id, kind).await,
+        Method::POST => super::form_upload::post(app, req, &db, &id).await,
         _ => copy(app, req, &db, &id).await,
     }
 }
 
 /// `{"ok":true,"id":…,"rev":…}`, with the revision as `ETag` unless the
-/// request is a `POST /{db}` (CouchDB sends none there).
+/// request is a `POST /{db}` (CouchDB sends none there; its form upload,
+/// a `POST /{db}/{docid}`, has one).
 fn ok_rev(req: &Req, status: StatusCode, id: &str, rev: &str) -> Response {
     let mut out = String::with_capacity(48 + id.len() + rev.len());
     out.push_str("{\"ok\":true,\"id\":");
@@ -112,7 +120,7 @@ fn ok_rev(req: &Req, status: StatusCode, id: &str, rev: &str) -> Response {
     push_str(&mut out, rev);
     out.push('}');
     let mut resp = json_response(status, out);
-    if req.method != Method::POST {
+    if req.method != Method::POST || super::form_upload::is_form_data(req) {
         if let Some(tag) = render::etag(rev) {
             resp.headers_mut().insert(header::ETAG, tag);
         }

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod cluster_setup;
 pub mod db;
 pub mod doc;
+pub mod form_upload;
 pub mod list;
 pub mod mango;
 pub mod partition;
@@ -29,7 +30,7 @@ pub mod update;
 pub mod users_db;
 pub mod view;
 
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 
 use crate::error::{ApiError, ApiResult};
@@ -156,6 +157,15 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
             cluster::mark_foreign(app, req, db, r)
         }
         [db, "_local_docs"] => all_docs::handle(app, req, db, all_docs::Kind::Local).await,
+        // CouchDB 2 dropped temporary views: every method is told so.
+        [db, "_temp_view"] => {
+            app.db(db)?;
+            Err(ApiError::new(
+                StatusCode::GONE,
+                "gone",
+                "Temporary views are not supported in CouchDB",
+            ))
+        }
         [db, "_all_docs", "queries"] => all_docs::queries(app, req, db, all_docs::Kind::All).await,
         [db, "_design_docs", "queries"] => {
             all_docs::queries(app, req, db, all_docs::Kind::Design).await

@@ -43,14 +43,31 @@ fn query_pairs(req: &Req) -> impl Iterator<Item = (&str, &str)> + Clone {
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
-/// A query under `/db/_partition/{p}/` is a query of that partition; a
-/// `partition` parameter names a valid one.
+/// A query under `/db/_partition/{p}/` is a query of that partition,
+/// its `limit` bounded by `[query_server_config] partition_query_limit`
+/// (the default when none is given, as CouchDB); a `partition` parameter
+/// names a valid one.
 pub fn in_partition(req: &Req, args: &mut ViewArgs) -> ApiResult<()> {
     if let Some(p) = &req.partition {
         args.partition = Some(p.clone());
+        partition_limit(req, &mut args.limit)?;
     }
     if let Some(p) = &args.partition {
         settee_core::name::validate_partition(p)?;
+    }
+    Ok(())
+}
+
+/// A partition query's `limit` (`u64::MAX`: none given) against
+/// `partition_query_limit`.
+pub fn partition_limit(req: &Req, limit: &mut u64) -> ApiResult<()> {
+    let most = req.settings.partition_query_limit;
+    if *limit == u64::MAX {
+        *limit = most;
+    } else if *limit > most {
+        return Err(ApiError::query_parse(format!(
+            "Limit is too large, must not exceed {most}"
+        )));
     }
     Ok(())
 }
