@@ -285,13 +285,19 @@ impl Req {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// Whether the body is declared as `media` (`type/subtype`, compared
+    /// without its parameters and case).
+    pub fn content_type_is(&self, media: &str) -> bool {
+        self.header(header::CONTENT_TYPE).is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(media))
+        })
+    }
+
     /// 415 unless the body is declared as JSON.
     pub fn require_json_ctype(&self) -> ApiResult<()> {
-        let ok = self.header(header::CONTENT_TYPE).is_some_and(|ct| {
-            let mime = ct.split(';').next().unwrap_or("").trim();
-            mime.eq_ignore_ascii_case("application/json")
-        });
-        if ok {
+        if self.content_type_is("application/json") {
             Ok(())
         } else {
             Err(ApiError::bad_ctype())

@@ -773,11 +773,7 @@ pub(crate) fn too_large(name: &str) -> ApiError {
 /// True for a `multipart/related` request body (a document with its
 /// attachments, as CouchDB's replicator sends it).
 pub fn is_multipart_related(req: &Req) -> bool {
-    req.header(header::CONTENT_TYPE).is_some_and(|ct| {
-        ct.split(';')
-            .next()
-            .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/related"))
-    })
+    req.content_type_is("multipart/related")
 }
 
 /// Replaces each `follows` attachment of a parsed document with the

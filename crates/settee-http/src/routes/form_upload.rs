@@ -55,11 +55,7 @@ fn check_referer(req: &Req) -> ApiResult<()> {
 }
 
 pub(crate) fn is_form_data(req: &Req) -> bool {
-    req.header(header::CONTENT_TYPE).is_some_and(|ct| {
-        ct.split(';')
-            .next()
-            .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"))
-    })
+    req.content_type_is("multipart/form-data")
 }
 
 /// The document's body (without attachments) and attachment names at the
@@ -78,17 +74,24 @@ fn current(
         rev: Some(rev),
         ..GetOptions::default()
     };
+    let corrupt = |e: serde_json::Error| ApiError::from(settee_db::Error::Corrupt(e.to_string()));
     let read = match reader.get(id, &opts) {
         Ok(read) => read,
-        // A revision whose body is gone: the update cannot apply to it.
-        Err(_) if reader.get(id, &GetOptions::default()).is_ok() => {
-            return Err(ApiError::conflict())
+        // A revision whose body is gone: the update cannot apply to it
+        // when the document is there, and names nothing when it is not.
+        Err(settee_db::Error::NotFound(_)) => {
+            return match reader.get(id, &GetOptions::default()) {
+                Ok(_) => Err(ApiError::conflict()),
+                Err(settee_db::Error::NotFound(_)) => Err(ApiError::not_found("missing")),
+                Err(e) => Err(e.into()),
+            };
         }
-        Err(_) => return Err(ApiError::not_found("missing")),
+        Err(e) => return Err(e.into()),
     };
-    let (stubs, rest) = att::split_stored(read.body.as_str())
-        .map_err(|e| ApiError::from(settee_db::Error::Corrupt(e.to_string())))?;
-    let body: Map<String, Value> = serde_json::from_str(&rest).unwrap_or_default();
+    let (stubs, rest) = att::split_stored(read.body.as_str()).map_err(corrupt)?;
+    // A stored body that does not parse is corruption, never an empty
+    // document to write back over it.
+    let body: Map<String, Value> = serde_json::from_str(&rest).map_err(corrupt)?;
     Ok((body, stubs.into_iter().map(|(name, _)| name).collect()))
 }
 
