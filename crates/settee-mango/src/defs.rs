@@ -1,12 +1,14 @@
-//! Index definitions: the special `_all_docs` index and the `json`
-//! indexes, stored as CouchDB stores them — views of design documents with
-//! `"language": "query"` — so replication carries them between Settee and
-//! CouchDB. Reading them from design documents, and writing and deleting
-//! them.
+//! Index definitions: the special `_all_docs` index, the `json` indexes
+//! and the `text` indexes, stored as CouchDB stores them — views (json)
+//! and `indexes` members (text: the definition as `index`, beside its
+//! `analyzer`) of design documents with `"language": "query"` — so
+//! replication carries them between Settee and CouchDB. Reading them from
+//! design documents, and writing and deleting them.
 //!
 //! Invariants:
-//! - A design document holds json indexes only if its language is
-//!   `query`; each view whose `map` has `fields` is one index.
+//! - A design document holds Mango indexes only if its language is
+//!   `query`; each view whose `map` has `fields` is one json index, each
+//!   `indexes` member whose `index` is an object one text index.
 //! - Deleting a design document's last index deletes the design document.
 
 use std::collections::BTreeMap;
@@ -28,6 +30,8 @@ pub enum Kind {
     /// `_all_docs`.
     Special,
     Json,
+    /// A Mango text index (on settee-search).
+    Text,
 }
 
 /// One index.
@@ -44,6 +48,8 @@ pub struct IndexDef {
     /// A partitioned index (its design document's, in a partitioned
     /// database): it serves queries of one partition only.
     pub partitioned: bool,
+    /// A text index's definition as stored (`index` of its member).
+    pub text_def: Option<Value>,
 }
 
 impl IndexDef {
@@ -55,7 +61,34 @@ impl IndexDef {
             fields: vec![("_id".into(), Dir::Asc)],
             partial: None,
             partitioned: false,
+            text_def: None,
         }
+    }
+
+    /// A text index's fields as `name:type` (None: all fields).
+    pub fn text_columns(&self) -> Option<Vec<String>> {
+        let def = self.text_def.as_ref()?;
+        match def.get("fields") {
+            Some(Value::Array(list)) if !list.is_empty() => Some(
+                list.iter()
+                    .filter_map(|f| {
+                        let name = f.get("name")?.as_str()?;
+                        let ty = f.get("type")?.as_str()?;
+                        Some(format!("{name}:{ty}"))
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether a text index indexes array lengths.
+    pub fn text_lengths(&self) -> bool {
+        self.text_def
+            .as_ref()
+            .and_then(|d| d.get("index_array_lengths"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true)
     }
 
     /// As `GET /db/_index` lists it.
@@ -77,8 +110,46 @@ impl IndexDef {
                 "ddoc": self.ddoc, "name": self.name, "type": "json",
                 "partitioned": self.partitioned, "def": def
             }),
+            Kind::Text => json!({
+                "ddoc": self.ddoc, "name": self.name, "type": "text",
+                "partitioned": self.partitioned,
+                "def": text_def_json(self.text_def.as_ref().unwrap_or(&Value::Null)),
+            }),
         }
     }
+}
+
+/// A text index's definition as `GET /db/_index` shows it: `fields` as
+/// `[{name: type}]` (`[]` for all fields), an empty
+/// `partial_filter_selector` left out, the rest as stored.
+fn text_def_json(def: &Value) -> Value {
+    let mut out = Map::new();
+    if let Value::Object(m) = def {
+        for (k, v) in m {
+            match k.as_str() {
+                "fields" => {
+                    let fields: Vec<Value> = v
+                        .as_array()
+                        .map(|list| {
+                            list.iter()
+                                .filter_map(|f| {
+                                    let name = f.get("name")?.as_str()?;
+                                    let ty = f.get("type")?.clone();
+                                    Some(json!({ name: ty }))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    out.insert(k.clone(), Value::Array(fields));
+                }
+                "partial_filter_selector" if v.as_object().is_some_and(Map::is_empty) => {}
+                _ => {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    Value::Object(out)
 }
 
 /// The json indexes of one design document (JSON with `_id`) of a
@@ -90,15 +161,36 @@ pub fn from_ddoc(ddoc: &Value, db_partitioned: bool) -> Vec<IndexDef> {
     if ddoc.get("language").and_then(Value::as_str) != Some("query") {
         return Vec::new();
     }
-    let Some(views) = ddoc.get("views").and_then(Value::as_object) else {
-        return Vec::new();
-    };
     let partitioned = db_partitioned
         && ddoc
             .pointer("/options/partitioned")
             .and_then(Value::as_bool)
             != Some(false);
     let mut out = Vec::new();
+    if let Some(texts) = ddoc.get("indexes").and_then(Value::as_object) {
+        for (name, member) in texts {
+            let Some(def) = member.get("index").filter(|d| d.is_object()) else {
+                continue;
+            };
+            let partial = ["partial_filter_selector", "selector"]
+                .iter()
+                .filter_map(|k| def.get(*k))
+                .find(|p| p.as_object().is_some_and(|o| !o.is_empty()))
+                .cloned();
+            out.push(IndexDef {
+                ddoc: Some(id.to_string()),
+                name: name.clone(),
+                kind: Kind::Text,
+                fields: Vec::new(),
+                partial,
+                partitioned,
+                text_def: Some(def.clone()),
+            });
+        }
+    }
+    let Some(views) = ddoc.get("views").and_then(Value::as_object) else {
+        return out;
+    };
     for (name, view) in views {
         let Some(map) = view.get("map").and_then(Value::as_object) else {
             continue;
@@ -132,6 +224,7 @@ pub fn from_ddoc(ddoc: &Value, db_partitioned: bool) -> Vec<IndexDef> {
             fields,
             partial,
             partitioned,
+            text_def: None,
         });
     }
     out
@@ -222,6 +315,8 @@ pub struct NewIndex {
     pub partial_given: bool,
     /// `partitioned` as given (None: the database's kind).
     pub partitioned: Option<bool>,
+    /// A text index: its definition as stored and its `analyzer`.
+    pub text: Option<(Value, Value)>,
 }
 
 /// The members a `POST /db/_index` body may have.
@@ -233,10 +328,12 @@ impl NewIndex {
         let index = body.get("index").ok_or_else(|| {
             MangoError::invalid("missing_required_key", "Missing required key: index")
         })?;
+        let mut text = None;
         match body.get("type") {
             None => {}
             Some(Value::String(t)) if t == "json" => {}
-            Some(Value::String(t)) if t == "text" || t == "nouveau" => {
+            Some(Value::String(t)) if t == "text" => text = Some(crate::text_def::parse(index)?),
+            Some(Value::String(t)) if t == "nouveau" => {
                 return Err(MangoError::ServiceUnavailable(t.clone()))
             }
             Some(Value::String(t)) => {
@@ -251,6 +348,24 @@ impl NewIndex {
                     format!("Invalid string: {}", term(other, Style::Bytes)),
                 ))
             }
+        }
+        if let Some((def, analyzer)) = text {
+            let digest = {
+                let mut h = Sha1::new();
+                h.update(json!({"type": "text", "def": def}).to_string());
+                hex::encode(h.finalize())
+            };
+            let (ddoc, name, partitioned) = common(body, &digest)?;
+            return Ok(NewIndex {
+                ddoc,
+                name,
+                fields_json: Value::Null,
+                fields: Vec::new(),
+                partial: json!({}),
+                partial_given: false,
+                partitioned,
+                text: Some((def, analyzer)),
+            });
         }
         let Value::Object(index) = index else {
             return Err(MangoError::invalid(
@@ -294,6 +409,102 @@ impl NewIndex {
             }
         };
         let partial_given = index.contains_key("partial_filter_selector");
+        let digest = {
+            let mut h = Sha1::new();
+            h.update(
+                json!({"fields": fields_json, "partial_filter_selector": partial}).to_string(),
+            );
+            hex::encode(h.finalize())
+        };
+        let (ddoc, name, partitioned) = common(body, &digest)?;
+        Ok(NewIndex {
+            ddoc,
+            name,
+            fields_json,
+            fields,
+            partial,
+            partial_given,
+            partitioned,
+            text: None,
+        })
+    }
+
+    /// The view CouchDB writes for this index.
+    fn view(&self) -> Value {
+        let mut map_fields = Map::new();
+        for (f, d) in &self.fields {
+            map_fields.insert(f.clone(), Value::String(d.as_str().into()));
+        }
+        let mut def = json!({"fields": self.fields_json});
+        let mut stored_partial = json!({});
+        if self.partial_given {
+            def["partial_filter_selector"] = self.partial.clone();
+            if self.partial.as_object().is_some_and(|p| !p.is_empty()) {
+                stored_partial = normalize(&self.partial);
+            }
+        }
+        json!({
+            "map": {"fields": map_fields, "partial_filter_selector": stored_partial},
+            "reduce": "_count",
+            "options": {"def": def}
+        })
+    }
+
+    /// Writes the index into its design document; false when that exact
+    /// index is there already.
+    pub fn create(&self, db: &Database) -> Result<bool> {
+        // A json index is a view; a text index an `indexes` member.
+        let (section, view) = match &self.text {
+            Some((def, analyzer)) => ("indexes", json!({"index": def, "analyzer": analyzer})),
+            None => ("views", self.view()),
+        };
+        if self.partitioned == Some(true) && !db.partitioned() {
+            // CouchDB's answer: its design document validation refuses
+            // the option, and the index API reports that as a 500.
+            return Err(MangoError::Server {
+                error: "error_saving_ddoc",
+                reason: "Unknown error while saving the design document: invalid_design_doc".into(),
+            });
+        }
+        let doc = match read(db, &self.ddoc)? {
+            None => {
+                let mut doc = json!({"_id": self.ddoc, "language": "query", section: {self.name.as_str(): view}});
+                if self.partitioned == Some(false) && db.partitioned() {
+                    doc["options"] = json!({"partitioned": false});
+                }
+                doc
+            }
+            Some(mut doc) => {
+                let lang = doc.get("language").cloned();
+                if lang.as_ref().and_then(Value::as_str) != Some("query") {
+                    let shown =
+                        lang.map_or_else(|| "false".to_string(), |l| term(&l, Style::Bytes));
+                    return Err(MangoError::invalid(
+                        "invalid_ddoc_lang",
+                        format!("Existing design doc has an invalid language: {shown}"),
+                    ));
+                }
+                if doc.pointer(&format!("/{section}/{}", pointer_escape(&self.name)))
+                    == Some(&view)
+                {
+                    return Ok(false);
+                }
+                if !doc.get(section).is_some_and(Value::is_object) {
+                    doc[section] = json!({});
+                }
+                doc[section][self.name.as_str()] = view;
+                doc
+            }
+        };
+        write(db, doc)?;
+        Ok(true)
+    }
+}
+
+
+/// `ddoc`, `name` (defaults from the definition's digest) and
+/// `partitioned` of a `POST /db/_index` body.
+fn common(body: &Map<String, Value>, digest: &str) -> Result<(String, String, Option<bool>)> {
         let string = |k: &str| -> Result<Option<String>> {
             match body.get(k) {
                 None => Ok(None),
@@ -324,101 +535,20 @@ impl NewIndex {
                 })
             }
         };
-        let digest = {
-            let mut h = Sha1::new();
-            h.update(
-                json!({"fields": fields_json, "partial_filter_selector": partial}).to_string(),
-            );
-            hex::encode(h.finalize())
-        };
         let ddoc = match ddoc {
             Some(d) if d.starts_with("_design/") => d,
             Some(d) => format!("_design/{d}"),
             None => format!("_design/{digest}"),
         };
-        Ok(NewIndex {
-            ddoc,
-            name: name.unwrap_or(digest),
-            fields_json,
-            fields,
-            partial,
-            partial_given,
-            partitioned,
-        })
-    }
-
-    /// The view CouchDB writes for this index.
-    fn view(&self) -> Value {
-        let mut map_fields = Map::new();
-        for (f, d) in &self.fields {
-            map_fields.insert(f.clone(), Value::String(d.as_str().into()));
-        }
-        let mut def = json!({"fields": self.fields_json});
-        let mut stored_partial = json!({});
-        if self.partial_given {
-            def["partial_filter_selector"] = self.partial.clone();
-            if self.partial.as_object().is_some_and(|p| !p.is_empty()) {
-                stored_partial = normalize(&self.partial);
-            }
-        }
-        json!({
-            "map": {"fields": map_fields, "partial_filter_selector": stored_partial},
-            "reduce": "_count",
-            "options": {"def": def}
-        })
-    }
-
-    /// Writes the index into its design document; false when that exact
-    /// index is there already.
-    pub fn create(&self, db: &Database) -> Result<bool> {
-        let view = self.view();
-        if self.partitioned == Some(true) && !db.partitioned() {
-            // CouchDB's answer: its design document validation refuses
-            // the option, and the index API reports that as a 500.
-            return Err(MangoError::Server {
-                error: "error_saving_ddoc",
-                reason: "Unknown error while saving the design document: invalid_design_doc".into(),
-            });
-        }
-        let doc = match read(db, &self.ddoc)? {
-            None => {
-                let mut doc = json!({"_id": self.ddoc, "language": "query", "views": {self.name.as_str(): view}});
-                if self.partitioned == Some(false) && db.partitioned() {
-                    doc["options"] = json!({"partitioned": false});
-                }
-                doc
-            }
-            Some(mut doc) => {
-                let lang = doc.get("language").cloned();
-                if lang.as_ref().and_then(Value::as_str) != Some("query") {
-                    let shown =
-                        lang.map_or_else(|| "false".to_string(), |l| term(&l, Style::Bytes));
-                    return Err(MangoError::invalid(
-                        "invalid_ddoc_lang",
-                        format!("Existing design doc has an invalid language: {shown}"),
-                    ));
-                }
-                if doc.pointer(&format!("/views/{}", pointer_escape(&self.name))) == Some(&view) {
-                    return Ok(false);
-                }
-                if !doc.get("views").is_some_and(Value::is_object) {
-                    doc["views"] = json!({});
-                }
-                doc["views"][self.name.as_str()] = view;
-                doc
-            }
-        };
-        write(db, doc)?;
-        Ok(true)
-    }
+        Ok((ddoc, name.unwrap_or_else(|| digest.to_string()), partitioned))
 }
 
 fn pointer_escape(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
-/// `DELETE /db/_index/{ddoc}/json/{name}`.
-pub fn delete(db: &Database, ddoc: &str, name: &str) -> Result<()> {
+/// `DELETE /db/_index/{ddoc}/{json|text}/{name}`.
+pub fn delete(db: &Database, ddoc: &str, kind: Kind, name: &str) -> Result<()> {
     let ddoc = if ddoc.starts_with("_design/") {
         ddoc.to_string()
     } else {
@@ -426,21 +556,31 @@ pub fn delete(db: &Database, ddoc: &str, name: &str) -> Result<()> {
     };
     let missing = || MangoError::NotFound("missing".into());
     let mut doc = read(db, &ddoc)?.ok_or_else(missing)?;
-    if !from_ddoc(&doc, false).iter().any(|d| d.name == name) {
+    if !from_ddoc(&doc, false)
+        .iter()
+        .any(|d| d.name == name && d.kind == kind)
+    {
         return Err(missing());
     }
-    let views = doc
-        .get_mut("views")
+    let section = if kind == Kind::Text { "indexes" } else { "views" };
+    let members = doc
+        .get_mut(section)
         .and_then(Value::as_object_mut)
         .ok_or_else(missing)?;
-    views.remove(name);
-    if views.is_empty() {
+    members.remove(name);
+    if members.is_empty() {
+        if let Some(m) = doc.as_object_mut() {
+            m.remove(section);
+        }
+    }
+    let left = |k: &str| doc.get(k).and_then(Value::as_object).is_some_and(|m| !m.is_empty());
+    if !left("views") && !left("indexes") {
         doc["_deleted"] = Value::Bool(true);
     }
     write(db, doc)
 }
 
-/// `POST /db/_index/_bulk_delete`: every json index of each design
+/// `POST /db/_index/_bulk_delete`: every json and text index of each design
 /// document; `(deleted, failed)` ids, as CouchDB lists them.
 pub fn bulk_delete(db: &Database, ids: &[String]) -> Result<(Vec<String>, Vec<String>)> {
     let (mut ok, mut failed) = (Vec::new(), Vec::new());

@@ -76,7 +76,7 @@ fn holds_fields(c: &Candidate, req: &FindRequest) -> bool {
 }
 
 fn candidate(c: &Candidate, req: &FindRequest) -> Value {
-    let covering = if c.def.kind == Kind::Special {
+    let covering = if c.def.kind != Kind::Json {
         Value::Null
     } else {
         Value::Bool(holds_fields(c, req))
@@ -126,6 +126,7 @@ pub fn describe(dbname: &str, partitioned: bool, req: &FindRequest, plan: &Plan)
     }
     let max = || Value::String("<MAX>".into());
     let (start, end) = match plan.index.kind {
+        Kind::Text => (Value::Null, Value::Null),
         _ if is_empty_combinator(&req.selector_json) => (Value::Null, Value::Null),
         Kind::Special if plan.descending => (
             plan.start_key.clone().unwrap_or_else(max),
@@ -177,4 +178,40 @@ pub fn describe(dbname: &str, partitioned: bool, req: &FindRequest, plan: &Plan)
         out["ranges"] = Value::Array(ranges);
     }
     out
+}
+
+/// The explanation of a query planned on a text index: CouchDB's members
+/// of a text cursor (`query`, the selector as the index reads it;
+/// `partition`; `sort`) in place of a view's `mrargs`.
+pub fn describe_text(
+    dbname: &str,
+    partitioned: bool,
+    req: &FindRequest,
+    plan: &Plan,
+) -> crate::error::Result<Value> {
+    let text_sort = crate::text_find::text_sort(req, &plan.norm)?;
+    let mut sort = Map::new();
+    for (f, d) in &req.sort {
+        sort.insert(f.clone(), Value::String(d.as_str().into()));
+    }
+    let mut selector = plan.norm.clone();
+    if let (Some(t), Value::Object(m)) = (&req.text, &mut selector) {
+        m.insert("$default".into(), json!({"$text": t}));
+    }
+    let candidates: Vec<Value> = plan.candidates.iter().map(|c| candidate(c, req)).collect();
+    Ok(json!({
+        "dbname": dbname,
+        "index": plan.index.to_json(),
+        "partitioned": partitioned,
+        "selector": selector,
+        "opts": opts(req, sort),
+        "limit": req.limit,
+        "skip": req.skip,
+        "fields": fields(req),
+        "query": crate::text_find::query_of(req, plan).to_lucene(),
+        "partition": req.partition.clone().map_or(Value::Null, Value::String),
+        "sort": crate::text_find::sort_json(&text_sort),
+        "index_candidates": candidates,
+        "selector_hints": hints_json(&plan.norm),
+    }))
 }

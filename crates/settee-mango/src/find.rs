@@ -42,6 +42,8 @@ pub struct Stats {
 pub struct Found {
     pub docs: Vec<Value>,
     pub bookmark: Option<Bookmark>,
+    /// A text index's bookmark (opaque, settee-search's).
+    pub text_bookmark: Option<String>,
     pub stats: Stats,
     pub elapsed_ms: f64,
 }
@@ -117,11 +119,14 @@ pub fn run(views: &Views, db: &Database, req: &FindRequest, plan: &Plan) -> Resu
         match plan.index.kind {
             Kind::Special => all_docs(db, req, plan, &mut c)?,
             Kind::Json => json_index(views, db, req, plan, &mut c)?,
+            // Run by `text_find`.
+            Kind::Text => {}
         }
     }
     Ok(Found {
         docs: c.docs,
         bookmark: c.last,
+        text_bookmark: None,
         stats: c.stats,
         elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
     })
@@ -282,9 +287,11 @@ pub fn answer(req: &FindRequest, plan: &Plan, found: Found) -> Value {
     if empty {
         return Value::Object(out);
     }
-    let bookmark = found
-        .bookmark
-        .map_or_else(|| "nil".to_string(), |b| b.encode());
+    let bookmark = match (found.text_bookmark, found.bookmark) {
+        (Some(t), _) => t,
+        (None, Some(b)) => b.encode(),
+        (None, None) => "nil".to_string(),
+    };
     out.insert("bookmark".into(), Value::String(bookmark));
     let mut warnings = plan.warnings.clone();
     let s = found.stats;

@@ -3,13 +3,16 @@
 //!
 //! Module map: [`request`] validates a `_find` body; [`select`] analyses a
 //! selector for the planner; [`defs`] reads and writes index definitions
-//! (query-language design documents); [`plan`] chooses the index and key
-//! range; [`find`] runs the plan (matching [`sparse`] documents first); [`explain`] describes it; [`erl`] renders
-//! values as CouchDB's error reasons print them.
+//! (query-language design documents; [`text_def`] checks a text index's);
+//! [`plan`] chooses the index and key range; [`find`] runs the plan
+//! (matching [`sparse`] documents first), [`text_find`] runs it on a text
+//! index; [`explain`] describes it; [`erl`] renders values as CouchDB's
+//! error reasons print them.
 //!
-//! Invariant: nothing here knows the storage engine or JavaScript: json
-//! indexes are settee-views indexes (mapped natively there), `_all_docs`
-//! is read through settee-db.
+//! Invariant: nothing here knows the storage engine, JavaScript or
+//! tantivy: json indexes are settee-views indexes (mapped natively
+//! there), text indexes settee-search's, `_all_docs` is read through
+//! settee-db.
 
 pub mod defs;
 pub use settee_core::erl;
@@ -20,9 +23,12 @@ pub mod plan;
 pub mod request;
 pub mod select;
 pub mod sparse;
+pub mod text_def;
+pub mod text_find;
 
 use serde_json::{Map, Value};
 use settee_db::Database;
+use settee_search::Search;
 use settee_views::registry::Views;
 
 use crate::error::Result;
@@ -31,19 +37,30 @@ use crate::request::FindRequest;
 /// `POST /db/_find` (`partition`: of `/db/_partition/P/_find`). Blocking.
 pub fn find(
     views: &Views,
+    search: &Search,
     db: &Database,
     body: &Map<String, Value>,
     partition: Option<&str>,
 ) -> Result<Value> {
     let req = parse_in(db, body, partition, true)?;
-    if let Some(s) = &req.bookmark_invalid {
-        return Err(error::MangoError::invalid(
-            "invalid_bookmark",
-            format!("Invalid bookmark value: \"{s}\""),
-        ));
-    }
     let defs = defs::list(db)?;
+    let bad_bookmark = |s: &str| {
+        error::MangoError::invalid("invalid_bookmark", format!("Invalid bookmark value: \"{s}\""))
+    };
+    if let Some(s) = &req.bookmark_invalid {
+        if !defs.iter().any(|d| d.kind == defs::Kind::Text) {
+            return Err(bad_bookmark(s));
+        }
+    }
     let plan = plan::choose(&defs, &req)?;
+    if plan.index.kind == defs::Kind::Text {
+        // Its bookmarks are the text index's own (checked there).
+        let found = text_find::run(search, db, &req, &plan)?;
+        return Ok(find::answer(&req, &plan, found));
+    }
+    if let Some(s) = &req.bookmark_invalid {
+        return Err(bad_bookmark(s));
+    }
     let found = find::run(views, db, &req, &plan)?;
     Ok(find::answer(&req, &plan, found))
 }
@@ -54,6 +71,9 @@ pub fn explain(db: &Database, body: &Map<String, Value>, partition: Option<&str>
     let req = parse_in(db, body, partition, false)?;
     let defs = defs::list(db)?;
     match plan::choose(&defs, &req) {
+        Ok(plan) if plan.index.kind == defs::Kind::Text => {
+            explain::describe_text(db.name(), db.partitioned(), &req, &plan)
+        }
         Ok(plan) => Ok(explain::describe(db.name(), db.partitioned(), &req, &plan)),
         Err(error::MangoError::NoUsableIndex(_)) => Ok(explain::describe_unsortable(
             db.name(),

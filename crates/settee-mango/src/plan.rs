@@ -112,10 +112,11 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
     let usable_reason = |d: &IndexDef| -> Option<&'static str> {
         // A partition's query reads partitioned indexes; a global one,
         // global indexes.
-        if d.kind == Kind::Json && d.partitioned != req.partition.is_some() {
+        if d.kind != Kind::Special && d.partitioned != req.partition.is_some() {
             return Some("scope_mismatch");
         }
         match d.kind {
+            Kind::Text => text_unusable(d, req, &norm, named(d)),
             Kind::Special => {
                 let ok =
                     sort_fields.is_empty() || (sort_fields == ["_id"] && required.contains("_id"));
@@ -141,7 +142,25 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
     };
     let mut warnings = Vec::new();
     let mut chosen: Option<&IndexDef> = None;
-    if let Some(u) = &req.use_index {
+    let texts: Vec<&IndexDef> = defs
+        .iter()
+        .filter(|d| d.kind == Kind::Text && usable_reason(d).is_none())
+        .collect();
+    if req.text.is_some() {
+        // Only a text index answers `$text`.
+        let named_text = texts.iter().find(|d| named(d)).copied();
+        chosen = match (named_text, texts.as_slice()) {
+            (Some(t), _) => Some(t),
+            (None, [one]) => Some(*one),
+            (None, []) => {
+                return Err(MangoError::NoUsableIndex(
+                    "No text index exists for this query: a `$text` selector needs one."
+                        .to_string(),
+                ))
+            }
+            (None, _) => return Err(multiple_text_indexes()),
+        };
+    } else if let Some(u) = &req.use_index {
         chosen = defs.iter().find(|d| named(d) && usable_reason(d).is_none());
         if chosen.is_none() {
             if !req.allow_fallback {
@@ -180,6 +199,15 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         chosen = usable.first().copied();
     }
     if chosen.is_none() {
+        // CouchDB's order: json indexes, then text indexes, then
+        // `_all_docs`; of several text indexes none is preferred.
+        chosen = match texts.as_slice() {
+            [] => None,
+            [one] => Some(*one),
+            _ => return Err(multiple_text_indexes()),
+        };
+    }
+    if chosen.is_none() {
         let all_docs = defs.iter().find(|d| d.kind == Kind::Special);
         match all_docs {
             Some(a) if usable_reason(a).is_none() => {
@@ -213,7 +241,7 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
     let candidates = candidates(defs, &index, &usable, &usable_reason, &named, req, &ranges);
     let mut key_ranges = match index.kind {
         Kind::Json => json_ranges(&index, &ranges),
-        Kind::Special => Vec::new(),
+        Kind::Special | Kind::Text => Vec::new(),
     };
     if descending {
         key_ranges.reverse();
@@ -224,10 +252,12 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
     let first_column = match index.kind {
         Kind::Json => index.fields.first().map(|(f, _)| f.as_str()),
         Kind::Special => Some("_id"),
+        Kind::Text => None,
     };
     let unsatisfiable = first_column.is_some() && ranges.empty_field() == first_column;
     let mut reads_nothing = false;
     let (start_key, end_key) = match index.kind {
+        Kind::Text => (None, None),
         Kind::Json => {
             let (s, e) = key_range(&field_ranges(&index, &ranges));
             (Some(s), Some(e))
@@ -271,6 +301,42 @@ pub fn choose(defs: &[IndexDef], req: &FindRequest) -> Result<Plan> {
         warnings,
         candidates,
     })
+}
+
+fn multiple_text_indexes() -> MangoError {
+    MangoError::invalid(
+        "multiple_text_indexes",
+        "You must specify an index with the `use_index` parameter.",
+    )
+}
+
+/// Why text index `d` cannot answer `req` (None: it can): CouchDB's
+/// rules — not for the empty selector, not partial unless named, and an
+/// index of listed fields only for selectors on those fields.
+fn text_unusable(
+    d: &IndexDef,
+    req: &FindRequest,
+    norm: &Value,
+    named: bool,
+) -> Option<&'static str> {
+    if req.text.is_none() && req.selector_json.as_object().is_some_and(|m| m.is_empty()) {
+        return Some("empty_selector");
+    }
+    if d.partial.is_some() && !named {
+        return Some("is_partial");
+    }
+    if let Some(cols) = d.text_columns() {
+        let names: BTreeSet<&str> = cols
+            .iter()
+            .filter_map(|c| c.rsplit_once(':').map(|(n, _)| n))
+            .collect();
+        let mut mentioned = BTreeSet::new();
+        all_fields(norm, &mut mentioned);
+        if mentioned.iter().any(|f| !names.contains(f.as_str())) {
+            return Some("field_mismatch");
+        }
+    }
+    None
 }
 
 /// The indexes not chosen, as `_explain` lists them: the unusable ones

@@ -98,8 +98,11 @@ impl Bookmark {
 
 #[derive(Debug, Clone)]
 pub struct FindRequest {
-    /// The selector as given.
+    /// The selector as given, without its `$text` operator.
     pub selector_json: Value,
+    /// The `$text` operator's query (at the top level or in a top-level
+    /// `$and`): only a text index answers it.
+    pub text: Option<String>,
     pub selector: Selector,
     pub use_index: Option<UseIndex>,
     /// `use_index` as given (for `_explain`).
@@ -148,6 +151,8 @@ impl FindRequest {
                 ),
             ));
         }
+        let mut selector_json = selector_json;
+        let text = take_text(&mut selector_json)?;
         let selector = Selector::parse(&selector_json).map_err(selector_error)?;
         // `null` is no option at all for `use_index` and `bookmark`, as in
         // CouchDB (clients that write every option send it); an empty
@@ -263,6 +268,7 @@ impl FindRequest {
         };
         Ok(FindRequest {
             selector_json,
+            text,
             selector,
             use_index,
             use_index_given,
@@ -283,6 +289,63 @@ impl FindRequest {
             bookmark_invalid,
         })
     }
+}
+
+/// Takes the `$text` operator out of a selector: a member of the top
+/// level or of an object in a top-level `$and` (recursively); an `$and`
+/// left empty is removed. More than one is CouchDB's
+/// `multiple_text_selector`.
+fn take_text(sel: &mut Value) -> Result<Option<String>> {
+    let shown = term(sel, Style::Bytes);
+    let mut found = Vec::new();
+    collect_text(sel, &mut found)?;
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(MangoError::invalid(
+            "multiple_text_selector",
+            format!("Selector cannot contain more than one $text operator: {shown}"),
+        )),
+    }
+}
+
+fn collect_text(sel: &mut Value, found: &mut Vec<String>) -> Result<()> {
+    let Value::Object(m) = sel else {
+        return Ok(());
+    };
+    if let Some(t) = m.remove("$text") {
+        match t {
+            Value::String(s) => found.push(s),
+            other => {
+                return Err(MangoError::invalid(
+                    "bad_arg",
+                    format!(
+                        "Bad argument for operator $text: {}",
+                        term(&other, Style::Bytes)
+                    ),
+                ))
+            }
+        }
+    }
+    if let Some(Value::Array(items)) = m.get_mut("$and") {
+        let mut emptied = Vec::new();
+        for (i, item) in items.iter_mut().enumerate() {
+            let had = item.as_object().is_some_and(|o| !o.is_empty());
+            collect_text(item, found)?;
+            if had && item.as_object().is_some_and(Map::is_empty) {
+                emptied.push(i);
+            }
+        }
+        if !emptied.is_empty() {
+            for i in emptied.into_iter().rev() {
+                items.remove(i);
+            }
+            if items.is_empty() {
+                m.remove("$and");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// CouchDB's `invalid_key` for a body member a request does not take.

@@ -353,6 +353,23 @@ impl SearchIndex {
         out
     }
 
+    /// The exact term `text` of text field `name` (as its analyzer's one
+    /// token would be: Mango text indexes' keyword-analyzed leaves and
+    /// `$fieldnames`).
+    pub(crate) fn text_term(&self, name: &str, text: &str) -> Term {
+        self.json_str(self.text_field_of(name), name, text)
+    }
+
+    /// The term of number `v` in number field `name`.
+    pub(crate) fn number_term(&self, name: &str, v: f64) -> Term {
+        self.json_f64(name, v)
+    }
+
+    /// The term `text` of exact string field `name` (booleans too).
+    pub(crate) fn string_term(&self, name: &str, text: &str) -> Term {
+        self.json_str(self.f.s, name, text)
+    }
+
     /// `query` confined to partition `p`.
     pub fn in_partition(&self, query: Box<dyn Query>, p: &str) -> Box<dyn Query> {
         // Scored 0: the hits keep their relevance.

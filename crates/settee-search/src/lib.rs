@@ -14,6 +14,8 @@
 //! - [`query`]: a Nouveau query's arguments and its answer, and the
 //!   search both flavors run;
 //! - [`clouseau`]: a `_search` query's arguments and its answer;
+//! - [`mango_text`], [`mango_query`], [`mango_find`]: Mango text indexes
+//!   (their fields, a selector as a query over them, a page of hits);
 //! - [`Search`] (here): the server's search indexes by database and
 //!   signature, and the operations on them by name.
 //!
@@ -32,6 +34,8 @@ pub mod error;
 pub mod fields;
 pub mod index;
 pub mod lucene;
+pub mod mango_find;
+pub mod mango_query;
 pub mod mango_text;
 pub mod query;
 pub mod spec;
@@ -259,6 +263,31 @@ impl Search {
             }
         }
         Ok(out)
+    }
+
+    /// A page of hits of the Mango text index `name` of design document
+    /// `ddoc_id` (brought up to date first when `update`). Blocking.
+    pub fn mango_page(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        name: &str,
+        req: &mango_find::TextPageRequest,
+        after: Option<&str>,
+        n: usize,
+        update: bool,
+    ) -> Result<Vec<mango_find::TextHit>> {
+        let ddoc = self.ddoc(db, ddoc_id)?;
+        let (index, js) = self.open_in(db, &ddoc, Flavor::Clouseau, name)?;
+        if index.spec.mango.is_none() {
+            return Err(SearchError::NotFound(format!("{name} not found.")));
+        }
+        let meta = if update {
+            index.update(db, &self.js, &js)?
+        } else {
+            index.meta()
+        };
+        mango_find::page(&index, &meta, req, after, n)
     }
 
     /// `GET /db/_design/ddoc/_search_info/name`.

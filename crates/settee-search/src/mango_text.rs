@@ -8,6 +8,10 @@
 //! digits) and `[]` for array elements, the array lengths
 //! (`path.[]:length`), every string again in `$default` (unless the
 //! default field is disabled), and every field name in `$fieldnames`.
+//! Beyond CouchDB, `$fieldnames` also names every object and array
+//! value (`path:object`, `path:array`, empty ones included), so that a
+//! query for "the field is there" ([`crate::mango_query`]) finds a field
+//! holding `{}` or `[]` too.
 //!
 //! Invariant: a document is indexed only if it matches the definition's
 //! `partial_filter_selector` (its older name `selector`); the calls made
@@ -71,6 +75,19 @@ pub fn split_path(path: &str) -> Vec<String> {
     parts
 }
 
+/// The escaped name of the leaf of type `ty` at `path` (not empty):
+/// `a.b` of type `string` is `a.b_3astring`.
+pub fn leaf_name(path: &[String], ty: &str) -> String {
+    let mut name = path
+        .iter()
+        .map(|p| escape_part(p))
+        .collect::<Vec<_>>()
+        .join(".");
+    name.push_str("_3a");
+    name.push_str(ty);
+    name
+}
+
 impl MangoTextDef {
     /// The definition stored in the design document (`index`).
     pub fn from_json(def: &Value) -> MangoTextDef {
@@ -121,8 +138,9 @@ impl MangoTextDef {
             }
         }
         let mut leaves: Vec<(String, Value)> = Vec::new();
+        let mut marks: Vec<String> = Vec::new();
         let mut path: Vec<String> = Vec::new();
-        self.walk(doc, &mut path, &mut leaves);
+        self.walk(doc, &mut path, &mut leaves, &mut marks);
         if self.default_field {
             let strings: Vec<Value> = leaves
                 .iter()
@@ -131,7 +149,11 @@ impl MangoTextDef {
                 .collect();
             leaves.extend(strings.into_iter().map(|v| ("$default".to_string(), v)));
         }
-        let names: BTreeSet<&str> = leaves.iter().map(|(n, _)| n.as_str()).collect();
+        let names: BTreeSet<&str> = leaves
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .chain(marks.iter().map(String::as_str))
+            .collect();
         let mut calls: Vec<Vec<Value>> = names
             .iter()
             .map(|n| vec![json!("$fieldnames"), json!(n), json!({})])
@@ -145,34 +167,44 @@ impl MangoTextDef {
     }
 
     fn leaf(&self, path: &[String], ty: &str, value: Value, out: &mut Vec<(String, Value)>) {
-        let Some((last, rest)) = path.split_last() else {
+        if path.is_empty() {
             return;
-        };
-        let mut parts: Vec<String> = rest.iter().map(|p| escape_part(p)).collect();
-        parts.push(escape_part(&format!("{last}:{ty}")));
-        let name = parts.join(".");
+        }
+        let name = leaf_name(path, ty);
         if ty != "length" && self.fields.as_ref().is_some_and(|f| !f.contains(&name)) {
             return;
         }
         out.push((name, value));
     }
 
-    fn walk(&self, v: &Value, path: &mut Vec<String>, out: &mut Vec<(String, Value)>) {
+    fn walk(
+        &self,
+        v: &Value,
+        path: &mut Vec<String>,
+        out: &mut Vec<(String, Value)>,
+        marks: &mut Vec<String>,
+    ) {
         match v {
             Value::Object(m) => {
+                if !path.is_empty() {
+                    marks.push(leaf_name(path, "object"));
+                }
                 for (k, child) in m {
                     path.push(k.clone());
-                    self.walk(child, path, out);
+                    self.walk(child, path, out, marks);
                     path.pop();
                 }
             }
             Value::Array(items) => {
+                if !path.is_empty() {
+                    marks.push(leaf_name(path, "array"));
+                }
                 path.push("[]".into());
                 if self.index_array_lengths {
                     self.leaf(path, "length", json!(items.len()), out);
                 }
                 for item in items {
-                    self.walk(item, path, out);
+                    self.walk(item, path, out, marks);
                 }
                 path.pop();
             }
@@ -222,6 +254,11 @@ mod tests {
             .collect();
         assert!(fieldnames.contains(&&json!("$default")));
         assert!(fieldnames.contains(&&json!("age_3anumber")));
+        assert!(fieldnames.contains(&&json!("name_3aobject")));
+        assert!(fieldnames.contains(&&json!("tags_3aarray")));
+        let empty = all.calls(&json!({"_id": "e", "o": {}, "l": []})).unwrap();
+        let marks: Vec<&Value> = empty.iter().filter(|c| c[0] == "$fieldnames").map(|c| &c[1]).collect();
+        assert!(marks.contains(&&json!("o_3aobject")) && marks.contains(&&json!("l_3aarray")));
         let some = MangoTextDef::from_json(&json!({
             "fields": [{"name": "name.first", "type": "string"}],
             "default_field": {"enabled": false},

@@ -175,7 +175,8 @@ impl IndexSpec {
             _ => db_partitioned,
         };
         let signed = serde_json::json!([
-            if mango.is_some() { "mango" } else { "indexes" },
+            // `mango/2`: `$fieldnames` names objects and arrays too.
+            if mango.is_some() { "mango/2" } else { "indexes" },
             source,
             default_analyzer,
             field_analyzers,

@@ -1,6 +1,6 @@
 //! Mango over HTTP: `POST /db/_find`, `POST /db/_explain`, `GET/POST
 //! /db/_index`, `POST /db/_index/_bulk_delete`, `DELETE
-//! /db/_index/{ddoc}/json/{name}` — the wire side only; settee-mango does
+//! /db/_index/{ddoc}/{json|text}/{name}` — the wire side only; settee-mango does
 //! the work, on the blocking pool (it reads storage and may build an
 //! index).
 
@@ -48,6 +48,7 @@ pub async fn find(app: &App, req: &mut Req, db: &str) -> ApiResult<Response> {
     let v = blocking(move || {
         Ok(settee_mango::find(
             &app.views,
+            &app.search,
             &db,
             &body,
             partition.as_deref(),
@@ -168,10 +169,12 @@ pub async fn delete(
     require_db_reader(req)?;
     let db = app.db(db)?;
     require_design_writer(req)?;
-    if kind != "json" {
-        return Err(ApiError::not_found("missing"));
-    }
+    let kind = match kind {
+        "json" => settee_mango::defs::Kind::Json,
+        "text" => settee_mango::defs::Kind::Text,
+        _ => return Err(ApiError::not_found("missing")),
+    };
     let (ddoc, name) = (ddoc.to_string(), name.to_string());
-    blocking(move || Ok(settee_mango::defs::delete(&db, &ddoc, &name)?)).await?;
+    blocking(move || Ok(settee_mango::defs::delete(&db, &ddoc, kind, &name)?)).await?;
     Ok(ok(&json!({"ok": true})))
 }
