@@ -484,8 +484,7 @@ impl NewIndex {
                         format!("Existing design doc has an invalid language: {shown}"),
                     ));
                 }
-                if doc.pointer(&format!("/{section}/{}", pointer_escape(&self.name)))
-                    == Some(&view)
+                if doc.pointer(&format!("/{section}/{}", pointer_escape(&self.name))) == Some(&view)
                 {
                     return Ok(false);
                 }
@@ -501,46 +500,49 @@ impl NewIndex {
     }
 }
 
-
 /// `ddoc`, `name` (defaults from the definition's digest) and
 /// `partitioned` of a `POST /db/_index` body.
 fn common(body: &Map<String, Value>, digest: &str) -> Result<(String, String, Option<bool>)> {
-        let string = |k: &str| -> Result<Option<String>> {
-            match body.get(k) {
-                None => Ok(None),
-                Some(Value::String(s)) if s.is_empty() => Err(MangoError::invalid(
-                    "invalid_empty_string",
-                    "Index name or ddoc cannot be empty string",
-                )),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(other) => Err(MangoError::invalid(
-                    "invalid_string",
-                    format!("Invalid string: {}", term(other, Style::Bytes)),
-                )),
-            }
-        };
-        let ddoc = string("ddoc")?;
-        let name = string("name")?;
-        let partitioned = match body.get("partitioned") {
-            None => None,
-            Some(Value::Bool(b)) => Some(*b),
-            // CouchDB's own failure (500, its option parser's term).
-            Some(other) => {
-                return Err(MangoError::Server {
-                    error: "unknown_error",
-                    reason: format!(
-                        "Unknown Error: mango_opts :: {{invalid_partitioned_value,{}}}",
-                        term(other, Style::Bytes)
-                    ),
-                })
-            }
-        };
-        let ddoc = match ddoc {
-            Some(d) if d.starts_with("_design/") => d,
-            Some(d) => format!("_design/{d}"),
-            None => format!("_design/{digest}"),
-        };
-        Ok((ddoc, name.unwrap_or_else(|| digest.to_string()), partitioned))
+    let string = |k: &str| -> Result<Option<String>> {
+        match body.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Err(MangoError::invalid(
+                "invalid_empty_string",
+                "Index name or ddoc cannot be empty string",
+            )),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(MangoError::invalid(
+                "invalid_string",
+                format!("Invalid string: {}", term(other, Style::Bytes)),
+            )),
+        }
+    };
+    let ddoc = string("ddoc")?;
+    let name = string("name")?;
+    let partitioned = match body.get("partitioned") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        // CouchDB's own failure (500, its option parser's term).
+        Some(other) => {
+            return Err(MangoError::Server {
+                error: "unknown_error",
+                reason: format!(
+                    "Unknown Error: mango_opts :: {{invalid_partitioned_value,{}}}",
+                    term(other, Style::Bytes)
+                ),
+            })
+        }
+    };
+    let ddoc = match ddoc {
+        Some(d) if d.starts_with("_design/") => d,
+        Some(d) => format!("_design/{d}"),
+        None => format!("_design/{digest}"),
+    };
+    Ok((
+        ddoc,
+        name.unwrap_or_else(|| digest.to_string()),
+        partitioned,
+    ))
 }
 
 fn pointer_escape(s: &str) -> String {
@@ -562,7 +564,11 @@ pub fn delete(db: &Database, ddoc: &str, kind: Kind, name: &str) -> Result<()> {
     {
         return Err(missing());
     }
-    let section = if kind == Kind::Text { "indexes" } else { "views" };
+    let section = if kind == Kind::Text {
+        "indexes"
+    } else {
+        "views"
+    };
     let members = doc
         .get_mut(section)
         .and_then(Value::as_object_mut)
@@ -573,7 +579,11 @@ pub fn delete(db: &Database, ddoc: &str, kind: Kind, name: &str) -> Result<()> {
             m.remove(section);
         }
     }
-    let left = |k: &str| doc.get(k).and_then(Value::as_object).is_some_and(|m| !m.is_empty());
+    let left = |k: &str| {
+        doc.get(k)
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty())
+    };
     if !left("views") && !left("indexes") {
         doc["_deleted"] = Value::Bool(true);
     }

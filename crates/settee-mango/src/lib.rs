@@ -45,7 +45,10 @@ pub fn find(
     let req = parse_in(db, body, partition, true)?;
     let defs = defs::list(db)?;
     let bad_bookmark = |s: &str| {
-        error::MangoError::invalid("invalid_bookmark", format!("Invalid bookmark value: \"{s}\""))
+        error::MangoError::invalid(
+            "invalid_bookmark",
+            format!("Invalid bookmark value: \"{s}\""),
+        )
     };
     if let Some(s) = &req.bookmark_invalid {
         if !defs.iter().any(|d| d.kind == defs::Kind::Text) {

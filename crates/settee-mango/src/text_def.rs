@@ -185,16 +185,52 @@ mod tests {
         let (_, a) = parse(&json!({"default_field": false})).unwrap();
         assert_eq!(a, "keyword");
         let e = parse(&json!({"fields": [{"name": "", "type": "string"}]})).unwrap_err();
-        assert!(matches!(e, MangoError::Invalid { error: "invalid_index_fields_definition", .. }));
+        assert!(matches!(
+            e,
+            MangoError::Invalid {
+                error: "invalid_index_fields_definition",
+                ..
+            }
+        ));
         let e = parse(&json!({"fields": [{"name": "a", "type": "date"}]})).unwrap_err();
-        assert!(matches!(e, MangoError::Invalid { error: "invalid_index_fields_definition", .. }));
+        assert!(matches!(
+            e,
+            MangoError::Invalid {
+                error: "invalid_index_fields_definition",
+                ..
+            }
+        ));
         let e = parse(&json!(["a"])).unwrap_err();
-        assert!(matches!(e, MangoError::Invalid { error: "invalid_index", .. }));
+        assert!(matches!(
+            e,
+            MangoError::Invalid {
+                error: "invalid_index",
+                ..
+            }
+        ));
         let e = parse(&json!({"nope": 1})).unwrap_err();
-        assert!(matches!(e, MangoError::Invalid { error: "invalid_key", .. }));
+        assert!(matches!(
+            e,
+            MangoError::Invalid {
+                error: "invalid_key",
+                ..
+            }
+        ));
         let e = parse(&json!({"index_array_lengths": 1})).unwrap_err();
-        assert!(matches!(e, MangoError::Invalid { error: "invalid_boolean", .. }));
+        assert!(matches!(
+            e,
+            MangoError::Invalid {
+                error: "invalid_boolean",
+                ..
+            }
+        ));
         let e = parse(&json!({"partial_filter_selector": 1})).unwrap_err();
-        assert!(matches!(e, MangoError::Invalid { error: "invalid_selector_json", .. }));
+        assert!(matches!(
+            e,
+            MangoError::Invalid {
+                error: "invalid_selector_json",
+                ..
+            }
+        ));
     }
 }

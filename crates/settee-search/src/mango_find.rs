@@ -102,7 +102,8 @@ pub(crate) fn page(
     let after = match after {
         None => None,
         Some(b) => Some(
-            decode(b, &req.sort).ok_or_else(|| SearchError::BadRequest("Invalid bookmark".into()))?,
+            decode(b, &req.sort)
+                .ok_or_else(|| SearchError::BadRequest("Invalid bookmark".into()))?,
         ),
     };
     let mut query = req.query.compile(index, meta)?;

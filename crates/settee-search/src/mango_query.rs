@@ -52,9 +52,15 @@ pub enum TextQuery {
     /// `$fieldnames` holds a name starting with this.
     FieldNamePrefix(String),
     /// String leaf `field` is `value` (keyword-analyzed: one exact term).
-    Str { field: String, value: String },
+    Str {
+        field: String,
+        value: String,
+    },
     /// String leaf `field` starts with `prefix`.
-    StrPrefix { field: String, prefix: String },
+    StrPrefix {
+        field: String,
+        prefix: String,
+    },
     /// Number leaf `field` within the bounds.
     Num {
         field: String,
@@ -62,7 +68,10 @@ pub enum TextQuery {
         upper: NumBound,
     },
     /// Boolean leaf `field` (or a `:null` leaf, always `true`).
-    Bool { field: String, value: bool },
+    Bool {
+        field: String,
+        value: bool,
+    },
     /// `$text`: a phrase on `$default`.
     Default(String),
     And(Vec<TextQuery>),
@@ -383,10 +392,9 @@ impl Translator {
                 match arg {
                     Value::Null if !inclusive => TextQuery::Nothing,
                     Value::Null => self.typed(path, "null"),
-                    Value::Bool(_) => or(vec![
-                        self.typed(path, "null"),
-                        self.typed(path, "boolean"),
-                    ]),
+                    Value::Bool(_) => {
+                        or(vec![self.typed(path, "null"), self.typed(path, "boolean")])
+                    }
                     Value::Number(n) => or(vec![
                         self.typed(path, "null"),
                         self.typed(path, "boolean"),
@@ -672,10 +680,7 @@ mod tests {
     fn selectors_become_superset_queries() {
         assert_eq!(q(json!({"name": "Ann"})), "(name_3astring:\"Ann\")");
         assert_eq!(q(json!({"age": {"$eq": 30}})), "(age_3anumber:30)");
-        assert_eq!(
-            q(json!({"a": {"b": true}})),
-            "(a.b_3aboolean:true)"
-        );
+        assert_eq!(q(json!({"a": {"b": true}})), "(a.b_3aboolean:true)");
         assert_eq!(
             q(json!({"age": {"$lt": 5}})),
             "(($fieldnames:age_3anull) OR ($fieldnames:age_3aboolean) OR (age_3anumber:[-Infinity TO 5}))"
@@ -692,13 +697,18 @@ mod tests {
             q(json!({"a.0": "x"})),
             "((a.0_3astring:\"x\") OR (a._5b_5d_3astring:\"x\"))"
         );
-        assert_eq!(q(json!({"$or": [{"a": 1}, {"b": {"$regex": "x"}}]})),
-            "((a_3anumber:1) OR ($fieldnames:b_3astring))");
+        assert_eq!(
+            q(json!({"$or": [{"a": 1}, {"b": {"$regex": "x"}}]})),
+            "((a_3anumber:1) OR ($fieldnames:b_3astring))"
+        );
         assert_eq!(q(json!({"$and": []})), "*:*");
         assert_eq!(q(json!({"t": {"$size": 2}})), "(t._5b_5d_3alength:2)");
         let t = translate(&json!({"a": 1}), Some("big cat"), true).to_lucene();
         assert_eq!(t, "(($default:\"big cat\") AND (a_3anumber:1))");
-        assert_eq!(translate(&json!({}), Some("x"), true).to_lucene(), "($default:\"x\")");
+        assert_eq!(
+            translate(&json!({}), Some("x"), true).to_lucene(),
+            "($default:\"x\")"
+        );
         assert_eq!(translate(&json!({}), None, true), TextQuery::All);
     }
 }

@@ -257,7 +257,11 @@ mod tests {
         assert!(fieldnames.contains(&&json!("name_3aobject")));
         assert!(fieldnames.contains(&&json!("tags_3aarray")));
         let empty = all.calls(&json!({"_id": "e", "o": {}, "l": []})).unwrap();
-        let marks: Vec<&Value> = empty.iter().filter(|c| c[0] == "$fieldnames").map(|c| &c[1]).collect();
+        let marks: Vec<&Value> = empty
+            .iter()
+            .filter(|c| c[0] == "$fieldnames")
+            .map(|c| &c[1])
+            .collect();
         assert!(marks.contains(&&json!("o_3aobject")) && marks.contains(&&json!("l_3aarray")));
         let some = MangoTextDef::from_json(&json!({
             "fields": [{"name": "name.first", "type": "string"}],

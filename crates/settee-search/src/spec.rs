@@ -176,7 +176,11 @@ impl IndexSpec {
         };
         let signed = serde_json::json!([
             // `mango/2`: `$fieldnames` names objects and arrays too.
-            if mango.is_some() { "mango/2" } else { "indexes" },
+            if mango.is_some() {
+                "mango/2"
+            } else {
+                "indexes"
+            },
             source,
             default_analyzer,
             field_analyzers,

@@ -77,7 +77,10 @@ fn text_indexes_are_created_listed_and_deleted_as_couchdb_does() {
     let idx = format!("/{db}/_index");
     let body = json!({"type": "text", "ddoc": "t", "name": "all", "index": {}});
     let r = ok(s, &idx, &body);
-    assert_eq!(r, json!({"result": "created", "id": "_design/t", "name": "all"}));
+    assert_eq!(
+        r,
+        json!({"result": "created", "id": "_design/t", "name": "all"})
+    );
     assert_eq!(ok(s, &idx, &body)["result"], "exists");
     // Stored as CouchDB stores it, so replication carries it.
     let ddoc = get(s, &format!("/{db}/_design/t"));
@@ -121,13 +124,18 @@ fn text_indexes_are_created_listed_and_deleted_as_couchdb_does() {
         other["def"]["fields"],
         json!([{"name": "string"}, {"age": "number"}])
     );
-    assert_eq!(other["def"]["partial_filter_selector"], json!({"age": {"$gt": 0}}));
+    assert_eq!(
+        other["def"]["partial_filter_selector"],
+        json!({"age": {"$gt": 0}})
+    );
     assert_eq!(other["def"]["index_array_lengths"], false);
 
     // Bad definitions: CouchDB's errors.
     let bad = |index: Value| err(s, &idx, &json!({"type": "text", "index": index}));
     assert_eq!(bad(json!(["a"])).1, "invalid_index");
-    assert!(bad(json!(["a"])).2.starts_with("Text indexes must be an object"));
+    assert!(bad(json!(["a"]))
+        .2
+        .starts_with("Text indexes must be an object"));
     assert_eq!(
         bad(json!({"fields": [{"name": "", "type": "string"}]})).1,
         "invalid_index_fields_definition"
@@ -136,10 +144,26 @@ fn text_indexes_are_created_listed_and_deleted_as_couchdb_does() {
         bad(json!({"fields": [{"name": "a", "type": "date"}]})).1,
         "invalid_index_fields_definition"
     );
-    assert_eq!(bad(json!({"fields": ["a"]})).1, "invalid_index_fields_definition");
-    assert_eq!(bad(json!({"bogus": 1})), (400, "invalid_key".into(), "Invalid key bogus for this request.".into()));
-    assert_eq!(bad(json!({"index_array_lengths": "yes"})).1, "invalid_boolean");
-    assert_eq!(bad(json!({"partial_filter_selector": 3})).1, "invalid_selector_json");
+    assert_eq!(
+        bad(json!({"fields": ["a"]})).1,
+        "invalid_index_fields_definition"
+    );
+    assert_eq!(
+        bad(json!({"bogus": 1})),
+        (
+            400,
+            "invalid_key".into(),
+            "Invalid key bogus for this request.".into()
+        )
+    );
+    assert_eq!(
+        bad(json!({"index_array_lengths": "yes"})).1,
+        "invalid_boolean"
+    );
+    assert_eq!(
+        bad(json!({"partial_filter_selector": 3})).1,
+        "invalid_selector_json"
+    );
     assert_eq!(bad(json!({"default_analyzer": "nope"})).1, "invalid_index");
     assert_eq!(bad(json!({"default_field": {"analyzer": "nope"}})).0, 400);
     // Nouveau stays unavailable.
@@ -153,12 +177,23 @@ fn text_indexes_are_created_listed_and_deleted_as_couchdb_does() {
     assert_eq!(r.status, 404);
     let r = s.admin("DELETE", &format!("/{db}/_index/t/text/all"), None);
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(s.admin("GET", &format!("/{db}/_design/t"), None).status, 404);
+    assert_eq!(
+        s.admin("GET", &format!("/{db}/_design/t"), None).status,
+        404
+    );
     let r = s.admin("DELETE", &format!("/{db}/_index/t/text/all"), None);
     assert_eq!(r.status, 404);
     // A text index beside a json index in one design document.
-    ok(s, &idx, &json!({"ddoc": "mix", "name": "j", "index": {"fields": ["age"]}}));
-    ok(s, &idx, &json!({"ddoc": "mix", "name": "t", "type": "text", "index": {}}));
+    ok(
+        s,
+        &idx,
+        &json!({"ddoc": "mix", "name": "j", "index": {"fields": ["age"]}}),
+    );
+    ok(
+        s,
+        &idx,
+        &json!({"ddoc": "mix", "name": "t", "type": "text", "index": {}}),
+    );
     let r = s.admin("DELETE", &format!("/{db}/_index/mix/json/j"), None);
     assert_eq!(r.status, 200);
     let ddoc = get(s, &format!("/{db}/_design/mix"));
@@ -174,7 +209,11 @@ fn find_over_a_text_index_answers_every_option() {
     // `$text` without a text index: 400.
     let (st, e, _) = err(s, &fpath, &json!({"selector": {"$text": "cats"}}));
     assert_eq!((st, e.as_str()), (400, "no_usable_index"));
-    ok(s, &format!("/{db}/_index"), &json!({"type": "text", "ddoc": "t", "name": "all", "index": {}}));
+    ok(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"type": "text", "ddoc": "t", "name": "all", "index": {}}),
+    );
     // `$text`: a phrase on `$default` (standard analyzer).
     let v = find(s, db, json!({"selector": {"$text": "cats"}}));
     assert_eq!(sorted(ids(&v)), ["p1", "p4"]);
@@ -182,25 +221,53 @@ fn find_over_a_text_index_answers_every_option() {
     assert_eq!(ids(&v), ["p2"]);
     let v = find(s, db, json!({"selector": {"$text": "Boston"}}));
     assert_eq!(sorted(ids(&v)), ["p1", "p3"]);
-    let v = find(s, db, json!({"selector": {"$text": "cats", "age": {"$gt": 22}}}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"$text": "cats", "age": {"$gt": 22}}}),
+    );
     assert_eq!(ids(&v), ["p4"]);
-    let v = find(s, db, json!({"selector": {"$and": [{"$text": "Boston"}, {"manager": true}]}}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"$and": [{"$text": "Boston"}, {"manager": true}]}}),
+    );
     assert_eq!(sorted(ids(&v)), ["p1", "p3"]);
-    let (_, e, _) = err(s, &fpath, &json!({"selector": {"$text": "a", "$and": [{"$text": "b"}]}}));
+    let (_, e, _) = err(
+        s,
+        &fpath,
+        &json!({"selector": {"$text": "a", "$and": [{"$text": "b"}]}}),
+    );
     assert_eq!(e, "multiple_text_selector");
-    assert_eq!(err(s, &fpath, &json!({"selector": {"$text": 3}})).1, "bad_arg");
+    assert_eq!(
+        err(s, &fpath, &json!({"selector": {"$text": 3}})).1,
+        "bad_arg"
+    );
     // Any selector, answered exactly.
     let sel = |sel: Value| {
-        sorted(ids(&find(s, db, json!({"selector": sel, "use_index": "t", "allow_fallback": false}))))
+        sorted(ids(&find(
+            s,
+            db,
+            json!({"selector": sel, "use_index": "t", "allow_fallback": false}),
+        )))
     };
     assert_eq!(sel(json!({"age": 22})), ["p1"]);
-    assert_eq!(sel(json!({"age": {"$gte": 22, "$lt": 40}})), ["p1", "p2", "p4"]);
+    assert_eq!(
+        sel(json!({"age": {"$gte": 22, "$lt": 40}})),
+        ["p1", "p2", "p4"]
+    );
     assert_eq!(sel(json!({"city": {"$ne": "Boston"}})), ["p2", "p4", "p5"]);
     assert_eq!(sel(json!({"city": null})), ["p5"]);
     assert_eq!(sel(json!({"tags": {"$size": 0}})), ["p3"]);
     assert_eq!(sel(json!({"tags": {"$all": ["red", "blue"]}})), ["p1"]);
-    assert_eq!(sel(json!({"tags": {"$elemMatch": {"$eq": "red"}}})), ["p1", "p4"]);
-    assert_eq!(sel(json!({"tags": {"$in": ["green", "red"]}})), ["p1", "p2", "p4", "p5"]);
+    assert_eq!(
+        sel(json!({"tags": {"$elemMatch": {"$eq": "red"}}})),
+        ["p1", "p4"]
+    );
+    assert_eq!(
+        sel(json!({"tags": {"$in": ["green", "red"]}})),
+        ["p1", "p2", "p4", "p5"]
+    );
     assert_eq!(sel(json!({"tags": "red"})), ["p5"]);
     assert_eq!(sel(json!({"nested": {"$exists": true}})), ["p3", "p5"]);
     assert_eq!(sel(json!({"nested": {"$type": "object"}})), ["p3", "p5"]);
@@ -208,28 +275,55 @@ fn find_over_a_text_index_answers_every_option() {
     assert_eq!(sel(json!({"name": {"$regex": "^[A-B]"}})), ["p3", "p4"]);
     assert_eq!(sel(json!({"manager": {"$exists": false}})), ["p4", "p5"]);
     assert_eq!(sel(json!({"$not": {"manager": true}})), ["p2"]);
-    assert_eq!(sel(json!({"$nor": [{"city": "Boston"}, {"age": {"$lt": 30}}]})), ["p2"]);
+    assert_eq!(
+        sel(json!({"$nor": [{"city": "Boston"}, {"age": {"$lt": 30}}]})),
+        ["p2"]
+    );
     assert_eq!(sel(json!({"tags.0": "red"})), ["p1", "p4"]);
     // Chosen without use_index when no json index serves the query.
-    let v = find(s, db, json!({"selector": {"age": {"$gt": 30}}, "execution_stats": true}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"age": {"$gt": 30}}, "execution_stats": true}),
+    );
     assert_eq!(sorted(ids(&v)), ["p2", "p3"]);
     assert!(v.get("warning").is_none(), "{v}");
     let st = &v["execution_stats"];
     assert_eq!(st["results_returned"], 2);
     assert!(st["total_docs_examined"].as_u64().unwrap() >= 2);
     // Sort by number and by string, explicit and inferred; pages.
-    let v = find(s, db, json!({"selector": {"age": {"$gt": 0}}, "sort": [{"age:number": "desc"}]}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"age": {"$gt": 0}}, "sort": [{"age:number": "desc"}]}),
+    );
     assert_eq!(ids(&v), ["p3", "p2", "p4", "p1"]);
-    let v = find(s, db, json!({"selector": {"age": {"$gt": 0}}, "sort": ["age"]}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"age": {"$gt": 0}}, "sort": ["age"]}),
+    );
     assert_eq!(ids(&v), ["p1", "p4", "p2", "p3"]);
-    let v = find(s, db, json!({"selector": {"name": {"$gt": "A"}}, "sort": ["name"], "fields": ["name"]}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"name": {"$gt": "A"}}, "sort": ["name"], "fields": ["name"]}),
+    );
     assert_eq!(v["docs"][0], json!({"name": "Ann Lee"}));
-    let (st, e, _) = err(s, &fpath, &json!({"selector": {"age": {"$gt": 0}}, "sort": ["city"]}));
+    let (st, e, _) = err(
+        s,
+        &fpath,
+        &json!({"selector": {"age": {"$gt": 0}}, "sort": ["city"]}),
+    );
     assert_eq!((st, e.as_str()), (400, "text_sort_error"));
     let mut got = Vec::new();
     let mut bookmark = Value::Null;
     for _ in 0..10 {
-        let v = find(s, db, json!({"selector": {"age": {"$gt": 0}}, "sort": ["age:number"], "limit": 1, "bookmark": bookmark}));
+        let v = find(
+            s,
+            db,
+            json!({"selector": {"age": {"$gt": 0}}, "sort": ["age:number"], "limit": 1, "bookmark": bookmark}),
+        );
         let page = ids(&v);
         if page.is_empty() {
             break;
@@ -238,25 +332,57 @@ fn find_over_a_text_index_answers_every_option() {
         bookmark = v["bookmark"].clone();
     }
     assert_eq!(got, ["p1", "p4", "p2", "p3"]);
-    let v = find(s, db, json!({"selector": {"age": {"$gt": 0}}, "sort": ["age:number"], "skip": 1, "limit": 2}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"age": {"$gt": 0}}, "sort": ["age:number"], "skip": 1, "limit": 2}),
+    );
     assert_eq!(ids(&v), ["p4", "p2"]);
-    let (_, e, _) = err(s, &fpath, &json!({"selector": {"age": {"$gt": 0}}, "use_index": "t", "bookmark": "garbage"}));
+    let (_, e, _) = err(
+        s,
+        &fpath,
+        &json!({"selector": {"age": {"$gt": 0}}, "use_index": "t", "bookmark": "garbage"}),
+    );
     assert_eq!(e, "invalid_bookmark");
     // r, conflicts.
-    let v = find(s, db, json!({"selector": {"age": 22}, "r": 2, "conflicts": true, "execution_stats": true}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"age": 22}, "r": 2, "conflicts": true, "execution_stats": true}),
+    );
     assert_eq!(ids(&v), ["p1"]);
     assert_eq!(v["execution_stats"]["total_quorum_docs_examined"], 1);
     // Design documents are never answered.
-    assert!(!ids(&find(s, db, json!({"selector": {"_id": {"$gt": null}}, "use_index": "t", "limit": 100}))).contains(&"_design/other".to_string()));
+    assert!(!ids(&find(
+        s,
+        db,
+        json!({"selector": {"_id": {"$gt": null}}, "use_index": "t", "limit": 100})
+    ))
+    .contains(&"_design/other".to_string()));
     // New documents are indexed before the query answers.
-    s.bulk(db, vec![json!({"_id": "p6", "age": 99, "bio": "more cats"})]);
+    s.bulk(
+        db,
+        vec![json!({"_id": "p6", "age": 99, "bio": "more cats"})],
+    );
     let v = find(s, db, json!({"selector": {"$text": "cats"}}));
     assert_eq!(sorted(ids(&v)), ["p1", "p4", "p6"]);
     // A json index is preferred where it serves the query.
-    ok(s, &format!("/{db}/_index"), &json!({"ddoc": "j", "name": "age", "index": {"fields": ["age"]}}));
-    let x = ok(s, &format!("/{db}/_explain"), &json!({"selector": {"age": {"$gt": 30}}}));
+    ok(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"ddoc": "j", "name": "age", "index": {"fields": ["age"]}}),
+    );
+    let x = ok(
+        s,
+        &format!("/{db}/_explain"),
+        &json!({"selector": {"age": {"$gt": 30}}}),
+    );
     assert_eq!(x["index"]["type"], "json");
-    let x = ok(s, &format!("/{db}/_explain"), &json!({"selector": {"age": {"$gt": 30}}, "use_index": ["t", "all"], "sort": [{"age:number": "desc"}], "limit": 3, "skip": 1, "fields": ["name"]}));
+    let x = ok(
+        s,
+        &format!("/{db}/_explain"),
+        &json!({"selector": {"age": {"$gt": 30}}, "use_index": ["t", "all"], "sort": [{"age:number": "desc"}], "limit": 3, "skip": 1, "fields": ["name"]}),
+    );
     assert_eq!(x["index"]["type"], "text");
     assert_eq!(x["index"]["name"], "all");
     assert_eq!(x["limit"], 3);
@@ -265,16 +391,35 @@ fn find_over_a_text_index_answers_every_option() {
     assert_eq!(x["sort"], json!(["-age_3anumber<number>"]));
     let q = x["query"].as_str().unwrap();
     assert!(q.contains("age_3anumber:{30 TO Infinity]"), "{q}");
-    let x = ok(s, &format!("/{db}/_explain"), &json!({"selector": {"$text": "cats"}}));
+    let x = ok(
+        s,
+        &format!("/{db}/_explain"),
+        &json!({"selector": {"$text": "cats"}}),
+    );
     assert_eq!(x["query"], "($default:\"cats\")");
     assert_eq!(x["selector"]["$default"], json!({"$text": "cats"}));
     assert_eq!(x["sort"], "relevance");
     // A second text index: `$text` needs `use_index`.
-    ok(s, &format!("/{db}/_index"), &json!({"type": "text", "ddoc": "t2", "name": "names", "index": {"fields": [{"name": "name", "type": "string"}]}}));
-    assert_eq!(err(s, &fpath, &json!({"selector": {"$text": "cats"}})).1, "multiple_text_indexes");
-    let v = find(s, db, json!({"selector": {"$text": "cats"}, "use_index": "t"}));
+    ok(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"type": "text", "ddoc": "t2", "name": "names", "index": {"fields": [{"name": "name", "type": "string"}]}}),
+    );
+    assert_eq!(
+        err(s, &fpath, &json!({"selector": {"$text": "cats"}})).1,
+        "multiple_text_indexes"
+    );
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"$text": "cats"}, "use_index": "t"}),
+    );
     assert_eq!(sorted(ids(&v)), ["p1", "p4", "p6"]);
-    let v = find(s, db, json!({"selector": {"name": "Zed"}, "use_index": ["t2", "names"]}));
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"name": "Zed"}, "use_index": ["t2", "names"]}),
+    );
     assert_eq!(ids(&v), ["p5"]);
 }
 
@@ -292,25 +437,59 @@ fn partial_and_partitioned_text_indexes() {
             json!({"_id": "b:1", "n": 3, "t": "red hen"}),
         ],
     );
-    ok(s, &format!("/{db}/_index"), &json!({"type": "text", "ddoc": "t", "name": "i", "index": {}}));
+    ok(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"type": "text", "ddoc": "t", "name": "i", "index": {}}),
+    );
     let list = get(s, &format!("/{db}/_index"));
-    let t = list["indexes"].as_array().unwrap().iter().find(|i| i["type"] == "text").unwrap().clone();
+    let t = list["indexes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "text")
+        .unwrap()
+        .clone();
     assert_eq!(t["partitioned"], true);
-    let v = ok(s, &format!("/{db}/_partition/a/_find"), &json!({"selector": {"$text": "fox"}}));
+    let v = ok(
+        s,
+        &format!("/{db}/_partition/a/_find"),
+        &json!({"selector": {"$text": "fox"}}),
+    );
     assert_eq!(sorted(ids(&v)), ["a:1", "a:2"]);
-    let v = ok(s, &format!("/{db}/_partition/b/_find"), &json!({"selector": {"$text": "red"}}));
+    let v = ok(
+        s,
+        &format!("/{db}/_partition/b/_find"),
+        &json!({"selector": {"$text": "red"}}),
+    );
     assert_eq!(ids(&v), ["b:1"]);
-    let v = ok(s, &format!("/{db}/_partition/a/_find"), &json!({"selector": {"n": {"$gt": 1}}}));
+    let v = ok(
+        s,
+        &format!("/{db}/_partition/a/_find"),
+        &json!({"selector": {"n": {"$gt": 1}}}),
+    );
     assert_eq!(ids(&v), ["a:2"]);
     // A global query cannot read a partitioned text index.
-    let (st, _, _) = err(s, &format!("/{db}/_find"), &json!({"selector": {"$text": "fox"}}));
+    let (st, _, _) = err(
+        s,
+        &format!("/{db}/_find"),
+        &json!({"selector": {"$text": "fox"}}),
+    );
     assert_eq!(st, 400);
 
     // A partial index answers only when named, and only its documents.
     let db = "mt_partial";
     people(s, db);
-    ok(s, &format!("/{db}/_index"), &json!({"type": "text", "ddoc": "p", "name": "adults", "index": {"partial_filter_selector": {"age": {"$gt": 30}}}}));
-    let v = find(s, db, json!({"selector": {"city": "Boston"}, "use_index": "p"}));
+    ok(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"type": "text", "ddoc": "p", "name": "adults", "index": {"partial_filter_selector": {"age": {"$gt": 30}}}}),
+    );
+    let v = find(
+        s,
+        db,
+        json!({"selector": {"city": "Boston"}, "use_index": "p"}),
+    );
     assert_eq!(ids(&v), ["p3"]);
     let v = find(s, db, json!({"selector": {"city": "Boston"}}));
     assert_eq!(sorted(ids(&v)), ["p1", "p3"]);
@@ -339,7 +518,9 @@ impl Rng {
     }
 }
 
-const WORDS: [&str; 7] = ["apple", "apricot", "banana", "berry", "cherry", "date", "fig"];
+const WORDS: [&str; 7] = [
+    "apple", "apricot", "banana", "berry", "cherry", "date", "fig",
+];
 
 fn number(r: &mut Rng) -> Value {
     let n = r.below(21) as i64 - 5;
@@ -378,7 +559,14 @@ fn any_value(r: &mut Rng, depth: u32) -> Value {
 fn document(r: &mut Rng, i: usize) -> Value {
     let mut m = Map::new();
     m.insert("_id".into(), json!(format!("d{i:04}")));
-    let fields: [(&str, u64); 6] = [("a", 80), ("b", 70), ("s", 70), ("t", 70), ("o", 60), ("e", 20)];
+    let fields: [(&str, u64); 6] = [
+        ("a", 80),
+        ("b", 70),
+        ("s", 70),
+        ("t", 70),
+        ("o", 60),
+        ("e", 20),
+    ];
     for (name, p) in fields {
         if !r.chance(p) {
             continue;
@@ -464,9 +652,11 @@ fn rank(v: &Value) -> u8 {
 
 fn cmp(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            x.as_f64().unwrap().partial_cmp(&y.as_f64().unwrap()).unwrap()
-        }
+        (Value::Number(x), Value::Number(y)) => x
+            .as_f64()
+            .unwrap()
+            .partial_cmp(&y.as_f64().unwrap())
+            .unwrap(),
         // The corpus's strings are lowercase ASCII: collation is byte order.
         (Value::String(x), Value::String(y)) => x.cmp(y),
         (Value::Array(x), Value::Array(y)) => {
@@ -555,7 +745,9 @@ fn op_holds(op: &str, arg: &Value, v: &Value) -> bool {
                 _ => false,
             }
         }
-        "$size" => v.as_array().is_some_and(|a| a.len() as u64 == arg.as_u64().unwrap()),
+        "$size" => v
+            .as_array()
+            .is_some_and(|a| a.len() as u64 == arg.as_u64().unwrap()),
         "$elemMatch" => {
             let (op2, arg2) = arg.as_object().unwrap().iter().next().unwrap();
             v.as_array()
@@ -643,7 +835,11 @@ fn generated_corpus_matches_an_independent_evaluation() {
     for chunk in docs.chunks(200) {
         s.bulk(db, chunk.to_vec());
     }
-    ok(s, &format!("/{db}/_index"), &json!({"type": "text", "ddoc": "t", "name": "all", "index": {}}));
+    ok(
+        s,
+        &format!("/{db}/_index"),
+        &json!({"type": "text", "ddoc": "t", "name": "all", "index": {}}),
+    );
     let started = Instant::now();
     let (mut checked, mut nonempty, mut examined) = (0, 0, 0u64);
     for _ in 0..300 {
@@ -657,22 +853,34 @@ fn generated_corpus_matches_an_independent_evaluation() {
             .map(|d| d["_id"].as_str().unwrap().to_string())
             .collect();
         // `allow_fallback: false`: the text index answers, or the query fails.
-        let v = find(s, db, json!({"selector": sel, "use_index": "t", "limit": 1000,
-            "allow_fallback": false, "execution_stats": true}));
+        let v = find(
+            s,
+            db,
+            json!({"selector": sel, "use_index": "t", "limit": 1000,
+            "allow_fallback": false, "execution_stats": true}),
+        );
         let got: BTreeSet<String> = ids(&v).into_iter().collect();
         assert_eq!(got, want, "selector {sel}");
-        examined += v["execution_stats"]["total_keys_examined"].as_u64().unwrap();
+        examined += v["execution_stats"]["total_keys_examined"]
+            .as_u64()
+            .unwrap();
         checked += 1;
         if !want.is_empty() {
             nonempty += 1;
         }
     }
     assert!(checked >= 100, "only {checked} selectors checked in time");
-    assert!(nonempty >= checked / 4, "too few selectors match anything: {nonempty}/{checked}");
+    assert!(
+        nonempty >= checked / 4,
+        "too few selectors match anything: {nonempty}/{checked}"
+    );
     // The index narrows what is read: far fewer hits than documents.
     let scanned = checked as u64 * docs.len() as u64;
     eprintln!("corpus: {checked} selectors, {nonempty} with matches, {examined} hits of {scanned}");
-    assert!(examined * 2 < scanned, "the index read {examined} of {scanned}");
+    assert!(
+        examined * 2 < scanned,
+        "the index read {examined} of {scanned}"
+    );
     // Sorted pages: `b` is a number where it is there.
     for _ in 0..20 {
         let extra = selector(&mut r, 1);
@@ -680,15 +888,24 @@ fn generated_corpus_matches_an_independent_evaluation() {
         let mut want: Vec<(f64, String)> = docs
             .iter()
             .filter(|d| matches(d, &sel, false))
-            .map(|d| (d["b"].as_f64().unwrap(), d["_id"].as_str().unwrap().to_string()))
+            .map(|d| {
+                (
+                    d["b"].as_f64().unwrap(),
+                    d["_id"].as_str().unwrap().to_string(),
+                )
+            })
             .collect();
         want.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then_with(|| a.1.cmp(&b.1)));
         let want: Vec<String> = want.into_iter().map(|w| w.1).collect();
         let mut got = Vec::new();
         let mut bookmark = Value::Null;
         for _ in 0..200 {
-            let v = find(s, db, json!({"selector": sel, "use_index": "t", "allow_fallback": false,
-                "sort": ["b:number"], "limit": 7, "bookmark": bookmark}));
+            let v = find(
+                s,
+                db,
+                json!({"selector": sel, "use_index": "t", "allow_fallback": false,
+                "sort": ["b:number"], "limit": 7, "bookmark": bookmark}),
+            );
             let page = ids(&v);
             let n = page.len();
             got.extend(page);
