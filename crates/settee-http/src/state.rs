@@ -179,6 +179,11 @@ impl AppState {
         .map_err(|e| JsError::Unavailable {
             reason: format!("cannot open the search index directory: {e}"),
         })?;
+        // Search indexes in use catch up in the background as views do.
+        if let Err(e) = search.start_auto_update(engine.clone(), std::time::Duration::from_secs(1))
+        {
+            tracing::warn!(error = %e, "cannot start background search index updates");
+        }
         let scheduler = Arc::new(settee_replicator::Scheduler::new(
             server_uuid.clone(),
             NODE_NAME.to_string(),
@@ -225,13 +230,15 @@ impl AppState {
         Ok(app)
     }
 
-    /// Stops the server's own background threads (view updates) and waits
-    /// for them; called once serving has ended, before the engine closes.
+    /// Stops the server's own background threads (view and search index
+    /// updates, the purger) and waits for them; called once serving has
+    /// ended, before the engine closes.
     pub fn stop_background(&self) {
         if let Some(p) = self.purger.get() {
             p.stop();
         }
         self.views.stop_auto_update();
+        self.search.stop_auto_update();
     }
 
     /// Opens a database by name (404 if absent; an illegal name names no

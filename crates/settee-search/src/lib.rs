@@ -16,6 +16,7 @@
 //! - [`clouseau`]: a `_search` query's arguments and its answer;
 //! - [`mango_text`], [`mango_query`], [`mango_find`]: Mango text indexes
 //!   (their fields, a selector as a query over them, a page of hits);
+//! - `auto`: background updates of the indexes in use (as views have);
 //! - [`Search`] (here): the server's search indexes by database and
 //!   signature, and the operations on them by name.
 //!
@@ -29,6 +30,7 @@
 //! what the index is made of did not change.
 
 pub mod analyzer;
+mod auto;
 pub mod clouseau;
 pub mod error;
 pub mod fields;
@@ -77,7 +79,9 @@ pub struct Search {
     /// A directory of the process's own when the server has no data
     /// directory (embedded, tests); removed when dropped.
     _temp: Option<tempfile::TempDir>,
-    indexes: Mutex<OpenIndexes>,
+    indexes: Arc<Mutex<OpenIndexes>>,
+    /// The background updater, while one runs.
+    auto: Mutex<Option<auto::AutoUpdate>>,
 }
 
 impl std::fmt::Debug for Search {
@@ -86,6 +90,31 @@ impl std::fmt::Debug for Search {
             .field("root", &self.root)
             .finish_non_exhaustive()
     }
+}
+
+/// The design document `ddoc_id`'s current revision in `db` as JSON.
+fn read_ddoc(db: &Database, ddoc_id: &str) -> Result<Value> {
+    let reader = db.latest_reader()?;
+    let doc = reader
+        .get(ddoc_id, &GetOptions::default())
+        .map_err(|e| match e {
+            settee_db::Error::NotFound(r) => SearchError::NotFound(r.to_string()),
+            e => e.into(),
+        })?;
+    let mut text = String::new();
+    push_doc(&mut text, &doc, Extras::default());
+    serde_json::from_str(&text).map_err(|e| SearchError::Index(format!("design document: {e}")))
+}
+
+/// The design document an index's update runs: `ddoc` itself, or for a
+/// Mango text index (indexed natively; its design document's language is
+/// `query`) one without functions.
+fn js_ddoc_of(spec: &IndexSpec, ddoc: &Value) -> Result<DesignDoc> {
+    Ok(if spec.mango.is_some() {
+        DesignDoc::new(&json!({"_id": spec.ddoc_id}))?
+    } else {
+        DesignDoc::new(ddoc)?
+    })
 }
 
 /// The directory name of a database incarnation's indexes.
@@ -113,7 +142,8 @@ impl Search {
             js,
             root,
             _temp: temp,
-            indexes: Mutex::new(HashMap::new()),
+            indexes: Arc::new(Mutex::new(HashMap::new())),
+            auto: Mutex::new(None),
         })
     }
 
@@ -127,16 +157,32 @@ impl Search {
 
     /// The design document `ddoc_id`'s current revision as JSON.
     fn ddoc(&self, db: &Database, ddoc_id: &str) -> Result<Value> {
-        let reader = db.latest_reader()?;
-        let doc = reader
-            .get(ddoc_id, &GetOptions::default())
-            .map_err(|e| match e {
-                settee_db::Error::NotFound(r) => SearchError::NotFound(r.to_string()),
-                e => e.into(),
-            })?;
-        let mut text = String::new();
-        push_doc(&mut text, &doc, Extras::default());
-        serde_json::from_str(&text).map_err(|e| SearchError::Index(format!("design document: {e}")))
+        read_ddoc(db, ddoc_id)
+    }
+
+    /// Starts background updates of the indexes in use (see `auto`),
+    /// looking every `interval`; a thread started before stops.
+    pub fn start_auto_update(
+        &self,
+        engine: settee_db::Engine,
+        interval: std::time::Duration,
+    ) -> std::io::Result<()> {
+        let started = auto::spawn(
+            Arc::downgrade(&self.indexes),
+            engine,
+            Arc::clone(&self.js),
+            interval,
+        )?;
+        let previous = self.auto.lock().replace(started);
+        drop(previous);
+        Ok(())
+    }
+
+    /// Stops the background updates and waits for their thread (an index
+    /// update under way finishes first); a no-op when none run.
+    pub fn stop_auto_update(&self) {
+        let running = self.auto.lock().take();
+        drop(running);
     }
 
     /// The index `name` of design document `ddoc_id` (opened on first use).
@@ -159,13 +205,7 @@ impl Search {
         name: &str,
     ) -> Result<(Arc<SearchIndex>, DesignDoc)> {
         let spec = Arc::new(IndexSpec::of(ddoc, flavor, name, db.partitioned())?);
-        // A Mango text index runs no JavaScript (its design document's
-        // language is `query`).
-        let js_ddoc = if spec.mango.is_some() {
-            DesignDoc::new(&json!({"_id": spec.ddoc_id}))?
-        } else {
-            DesignDoc::new(ddoc)?
-        };
+        let js_ddoc = js_ddoc_of(&spec, ddoc)?;
         let key = (db_key(db), spec.signature);
         let mut indexes = self.indexes.lock();
         if let Some(i) = indexes.get(&key) {

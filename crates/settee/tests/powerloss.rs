@@ -1074,13 +1074,19 @@ fn a_failed_fsync_poisons_the_server() {
             "{method} {path}: {v}"
         );
     }
-    let up = try_call(&agent, port, "GET", "/_up", &[], None);
+    // A load balancer's health check takes the node out.
+    let (up_status, up_body) = try_call(&agent, port, "GET", "/_up", &[], None).expect("an answer");
+    let up: Value = serde_json::from_slice(&up_body).unwrap();
+    assert_eq!(
+        (up_status, &up["status"]),
+        (503, &json!("storage_failed")),
+        "/_up on a poisoned server: {up}"
+    );
     eprintln!(
         "fsync failure: {} errors answered, by kind (count, first reason): {kinds:?}; {} unanswered; \
-         no acknowledgement after the first error; /_up then: {:?}",
+         no acknowledgement after the first error; /_up then: {up_status} {up}",
         o.errors.len(),
         o.unanswered,
-        up.map(|(st, b)| (st, String::from_utf8_lossy(&b).trim().to_string()))
     );
 
     s.kill9();

@@ -1115,3 +1115,63 @@ fn a_restart_or_kill_keeps_the_index_without_a_rebuild() {
     assert_eq!(v["counts"]["type"]["shelf"], 1);
     s.stop();
 }
+
+/// Indexes in use catch up in the background a little after writes (as
+/// views do): a `stale=ok` query right after a write sees the index as it
+/// was, and one a few seconds later sees the write, with no query having
+/// updated the index in between; a Nouveau index of the same design
+/// document, opened by a query, catches up too.
+#[test]
+fn indexes_in_use_catch_up_in_the_background() {
+    let s = shared();
+    let db = "csearch_background";
+    furniture(s, db);
+    let ddoc = get(s, &format!("/{db}/_design/shop"));
+    let mut with_nouveau = ddoc.clone();
+    with_nouveau["nouveau"] = json!({"n": {"index":
+        "function (doc) { if (doc.name) index('text', 'name', doc.name); }"}});
+    assert_eq!(
+        put(s, &format!("/{db}/_design/shop"), &with_nouveau).status,
+        201
+    );
+    let url = format!("/{db}/_design/shop/_search/things");
+    let nurl = format!("/{db}/_design/shop/_nouveau/n");
+    assert_eq!(get(s, &format!("{url}?q=*:*"))["total_rows"], 6);
+    assert_eq!(get(s, &format!("{nurl}?q=*:*"))["total_hits"], 6);
+
+    s.bulk(
+        db,
+        vec![json!({"_id": "f7", "name": "rattan armchair", "type": "chair"})],
+    );
+    let stale = |q: &str| get(s, &format!("{url}?q={q}&stale=ok"))["total_rows"].clone();
+    let nstale = |q: &str| get(s, &format!("{nurl}?q=name:{q}&update=false"))["total_hits"].clone();
+    assert_eq!(stale("rattan"), 0, "updated before a whole interval passed");
+    let caught_up = |f: &dyn Fn() -> bool| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while std::time::Instant::now() < until {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        false
+    };
+    assert!(
+        caught_up(&|| stale("rattan") == 1 && nstale("rattan") == 1),
+        "the write was not indexed in the background within 15 s"
+    );
+    // Deletions too.
+    let f7 = get(s, &format!("/{db}/f7"));
+    let r = s.admin(
+        "DELETE",
+        &format!("/{db}/f7?rev={}", f7["_rev"].as_str().unwrap()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        caught_up(&|| stale("rattan") == 0 && nstale("rattan") == 0),
+        "the deletion was not indexed in the background within 15 s"
+    );
+    let info = get(s, &format!("/{db}/_design/shop/_search_info/things"));
+    assert_eq!(info["search_index"]["doc_count"], 6, "{info}");
+}

@@ -92,7 +92,13 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
     if let Some(c) = app.coordinator() {
         match s.as_slice() {
             ["_membership"] => return cluster::membership(c, req).await.map(Routed::Answer),
-            ["_up"] => return cluster::up(c, req).map(Routed::Answer),
+            ["_up"] => {
+                if let Some(down) = server::storage_down(app) {
+                    allow(req, &[Method::GET, Method::HEAD], "GET,HEAD")?;
+                    return Ok(Routed::Answer(down));
+                }
+                return cluster::up(c, req).map(Routed::Answer);
+            }
             ["_cluster", "rebalance"] => {
                 return cluster::rebalance(c, req).await.map(Routed::Answer)
             }
@@ -117,7 +123,7 @@ async fn route(app: &App, req: &mut Req, segs: &[String]) -> ApiResult<Routed> {
     }
     let answer = match s.as_slice() {
         [] => server::welcome(app, req),
-        ["_up"] => server::up(req),
+        ["_up"] => server::up(app, req),
         ["_all_dbs"] => server::all_dbs(app, req).await,
         ["_dbs_info"] => server::dbs_info(app, req).await,
         ["_uuids"] => server::uuids(app, req),

@@ -58,12 +58,28 @@ pub fn favicon() -> Response {
     resp
 }
 
-pub fn up(req: &Req) -> ApiResult<Response> {
+pub fn up(app: &App, req: &Req) -> ApiResult<Response> {
     allow(req, GET, "GET,HEAD")?;
+    if let Some(down) = storage_down(app) {
+        return Ok(down);
+    }
     Ok(json_value(
         StatusCode::OK,
         &json!({"status": "ok", "seeds": {}}),
     ))
+}
+
+/// `/_up`'s answer when the engine is poisoned (a storage call failed, so
+/// every request fails): 503, so that a load balancer's health check takes
+/// the node out instead of routing to it. `None` while storage is healthy.
+pub fn storage_down(app: &App) -> Option<Response> {
+    match app.engine.check() {
+        Err(settee_db::Error::Poisoned(reason)) => Some(json_value(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "storage_failed", "seeds": {}, "reason": reason}),
+        )),
+        _ => None,
+    }
 }
 
 /// The options of `/_all_dbs` (and `GET /_dbs_info`) over database names,
