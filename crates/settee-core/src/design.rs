@@ -110,7 +110,7 @@ pub fn validate(doc: &Map<String, Value>, db_partitioned: bool) -> Result<(), Do
         .get("language")
         .and_then(Value::as_str)
         .unwrap_or("javascript");
-    if matches!(language, "javascript" | "query") {
+    if matches!(language, "javascript" | "coffeescript" | "query") {
         for (_, view) in views.into_iter().flatten() {
             if view.get("map").is_none() {
                 continue;

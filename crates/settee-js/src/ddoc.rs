@@ -1,7 +1,7 @@
 //! Design documents as the engine receives them.
 //!
 //! Owns [`DesignDoc`]: a design document checked once (a JSON object with a
-//! string `_id`, JavaScript as its language), its JSON text (without
+//! string `_id`, JavaScript or CoffeeScript as its language), its JSON text (without
 //! `_attachments`, which no function may use) and its *signature*, a 128-bit
 //! XXH3 hash of that text. Invariant: equal signatures mean equal text, so
 //! a worker may reuse functions it compiled for a design document with the
@@ -25,6 +25,9 @@ struct Inner {
     id: String,
     json: String,
     signature: u128,
+    /// `"language": "coffeescript"`: every function is CoffeeScript,
+    /// translated to JavaScript before it is compiled.
+    coffee: bool,
 }
 
 impl DesignDoc {
@@ -40,9 +43,11 @@ impl DesignDoc {
                 reason: "a design document needs a string _id".into(),
             });
         };
+        let mut coffee = false;
         match obj.get("language") {
             None | Some(Value::Null) => {}
             Some(Value::String(l)) if l == "javascript" => {}
+            Some(Value::String(l)) if l == "coffeescript" => coffee = true,
             Some(other) => {
                 return Err(JsError::UnsupportedLanguage {
                     language: other
@@ -67,6 +72,7 @@ impl DesignDoc {
                 id: id.to_string(),
                 json,
                 signature,
+                coffee,
             }),
         })
     }
@@ -91,6 +97,11 @@ impl DesignDoc {
 
     pub(crate) fn signature_bits(&self) -> u128 {
         self.inner.signature
+    }
+
+    /// Whether its functions are CoffeeScript.
+    pub fn is_coffee(&self) -> bool {
+        self.inner.coffee
     }
 
     pub(crate) fn json(&self) -> &str {

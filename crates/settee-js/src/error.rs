@@ -56,7 +56,7 @@ pub enum JsError {
     #[error("bad_request: {reason}")]
     InvalidInput { reason: String },
     /// The design document's `language` is not JavaScript.
-    #[error("unknown_query_language: design document language {language:?} is not supported (only \"javascript\")")]
+    #[error("unknown_query_language: design document language {language:?} is not supported (only \"javascript\" and \"coffeescript\")")]
     UnsupportedLanguage { language: String },
     /// The engine is shut down, or the worker running the call failed
     /// (a bug: it is logged, and the worker starts afresh).

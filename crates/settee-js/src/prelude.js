@@ -3,7 +3,10 @@
 // after CouchDB's documented behaviour; no CouchDB source is copied.
 //
 // This file is a single function expression. runtime.rs calls it with
-//   (ddocJson, tick, reduceLimit, logLinesMax)
+//   (ddocJson, tick, reduceLimit, logLinesMax, coffeeCompile)
+// where coffeeCompile is CoffeeScript's compile function for a design
+// document whose language is "coffeescript" (null otherwise): every function
+// source is then CoffeeScript, translated to JavaScript before compiling.
 // and keeps the object it returns: the *driver*. User code never sees the
 // driver, the compiled-function table or the log buffer: they live in this
 // closure. What user code does see is what CouchDB's sandbox offers: the
@@ -18,7 +21,7 @@
 //
 // Deliberately sloppy mode (no "use strict"): CouchDB runs design functions
 // in sloppy mode, where writing to a sealed document is silently ignored.
-(function (ddocJson, tick, reduceLimit, logLinesMax) {
+(function (ddocJson, tick, reduceLimit, logLinesMax, coffeeCompile) {
   var global = globalThis;
   // Built-ins captured before any user code runs, so a design function that
   // replaces JSON.stringify or Array.prototype.push cannot change how the
@@ -229,7 +232,17 @@
       stopped.name = "InternalError";
       throw stopped;
     }
-    compilingSource = source;
+    var written = source;
+    if (coffeeCompile !== null) {
+      // `bare`: no wrapper function, so the translation of `(doc) -> …`
+      // is the function expression itself.
+      try {
+        source = coffeeCompile(written, { bare: true });
+      } catch (e) {
+        throw ["error", "compilation_error", errstr(e) + " (" + written + ")"];
+      }
+    }
+    compilingSource = written;
     var fn;
     var firstError = null;
     var attempts = ["(" + source + "\n)", "(" + source.replace(/[\s;]+$/, "") + "\n)", source];
@@ -245,10 +258,10 @@
     }
     compilingSource = null;
     if (firstError !== null) {
-      throw ["error", "compilation_error", errstr(firstError) + " (" + source + ")"];
+      throw ["error", "compilation_error", errstr(firstError) + " (" + written + ")"];
     }
     if (typeof fn !== "function") {
-      throw ["error", "compilation_error", "Expression does not eval to a function. (" + source + ")"];
+      throw ["error", "compilation_error", "Expression does not eval to a function. (" + written + ")"];
     }
     compiledCount++;
     return fn;

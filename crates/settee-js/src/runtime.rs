@@ -6,7 +6,8 @@
 //!
 //! Invariants:
 //! - A design document runs in a context of its own (its own global object
-//!   and built-ins), created from `prelude.js`; its functions are compiled
+//!   and built-ins), created from `prelude.js` (and, for a CoffeeScript
+//!   design document, the CoffeeScript compiler); its functions are compiled
 //!   there once, on first use, and stay until the context is evicted (more
 //!   than `ddoc_cache_max` design documents) or the runtime is discarded.
 //!   One design document's code cannot see or change another's globals.
@@ -39,6 +40,11 @@ use crate::{DesignDoc, JsConfig, JsError};
 
 /// The environment every design document's context starts from.
 const PRELUDE: &str = include_str!("prelude.js");
+
+/// The CoffeeScript compiler (an expression whose value is its module),
+/// bundled by build.rs from the pinned npm package; evaluated only in the
+/// contexts of `"language": "coffeescript"` design documents.
+const COFFEE: &str = include_str!(concat!(env!("OUT_DIR"), "/coffee.js"));
 
 /// QuickJS's own stack bound for one call (nested JavaScript calls, JSON
 /// nesting). Worker threads get a larger native stack (`pool.rs`).
@@ -426,6 +432,14 @@ impl JsState {
                 other => Failure::Fatal(internal(other)),
             };
             let factory: Function = ctx.eval(PRELUDE).map_err(|e| fail(&ctx, e))?;
+            // CoffeeScript's compile function, or null: the prelude
+            // translates every function source with it before compiling.
+            let translate: Value = if ddoc.is_coffee() {
+                let compiler: Object = ctx.eval(COFFEE).map_err(|e| fail(&ctx, e))?;
+                compiler.get("compile").map_err(|e| fail(&ctx, e))?
+            } else {
+                Value::new_null(ctx.clone())
+            };
             let tick_clock = Arc::clone(&clock);
             let tick =
                 Function::new(ctx.clone(), move || tick_clock.arm()).map_err(|e| fail(&ctx, e))?;
@@ -435,6 +449,7 @@ impl JsState {
                 tick,
                 config.reduce_limit,
                 config.log_lines_max.min(u32::MAX as usize) as u32,
+                translate,
             ));
             self.clock.disarm();
             let driver = made.map_err(|e| fail(&ctx, e))?;

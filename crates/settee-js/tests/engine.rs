@@ -1203,3 +1203,62 @@ fn index_functions_give_their_calls_per_document() {
         .index_docs(&d, "nouveau", "nope", &[json!({"_id": "a"})])
         .is_err());
 }
+
+/// `"language": "coffeescript"`: every function is translated by the
+/// CoffeeScript compiler first (maps, reduces, filters alike); one that does
+/// not translate, or does not make a function, is a compilation error that
+/// quotes the source as written; JavaScript in such a document is not
+/// CoffeeScript and fails; other languages stay refused.
+#[test]
+fn coffeescript_design_documents_are_translated() {
+    let e = engine(1);
+    let d = ddoc(json!({
+        "_id": "_design/c",
+        "language": "coffeescript",
+        "views": {
+            "v": {"map": "(doc) ->\n  emit \"#{doc.name}-#{i}\", i * 2 for i in doc.items when i > 1 if doc.items?"},
+            "bad": {"map": "(doc) -> emit doc.n,, 1"},
+            "nofn": {"map": "x = 1"}
+        },
+        "filters": {"f": "(doc, req) -> doc.keep is true"}
+    }));
+    assert!(d.is_coffee());
+    let doc = json!({"_id": "a", "name": "alpha", "items": [1, 2, 3]});
+    let out = e.map_docs(&d, &["v"], &[doc]).unwrap();
+    assert_eq!(
+        rows(&out, 0),
+        vec![vec![
+            (json!("alpha-2"), json!(4)),
+            (json!("alpha-3"), json!(6))
+        ]]
+    );
+    for (view, says) in [
+        ("bad", "unexpected ,"),
+        ("nofn", "does not eval to a function"),
+    ] {
+        let err = e.map_docs(&d, &[view], &[json!({"_id": "a"})]).unwrap_err();
+        assert_eq!(err.couch_error(), "compilation_error", "{err}");
+        let reason = err.couch_reason();
+        assert!(reason.contains(says), "{view}: {reason}");
+        assert!(reason.ends_with(")"), "{view}: {reason}");
+    }
+    let kept = e
+        .filter(
+            &d,
+            "f",
+            &[json!({"_id": "a", "keep": true}), json!({"_id": "b"})],
+            &json!({}),
+        )
+        .unwrap();
+    assert_eq!(kept, vec![true, false]);
+    // A JavaScript function in a CoffeeScript document is not CoffeeScript.
+    let js = ddoc(json!({"_id": "_design/j", "language": "coffeescript",
+        "views": {"v": {"map": "function (doc) { emit(doc._id, null); }"}}}));
+    let err = e.map_docs(&js, &["v"], &[json!({"_id": "a"})]).unwrap_err();
+    assert_eq!(err.couch_error(), "compilation_error", "{err}");
+    let other = DesignDoc::new(&json!({"_id": "_design/p", "language": "python"})).unwrap_err();
+    assert!(
+        matches!(other, JsError::UnsupportedLanguage { .. }),
+        "{other}"
+    );
+}

@@ -451,7 +451,7 @@ impl IndexSpec {
 }
 
 /// CouchDB's check of a design document's views when it is saved: every
-/// map function (and JavaScript reduce function) compiles; an empty reduce
+/// map function (and JavaScript or CoffeeScript reduce function) compiles; an empty reduce
 /// is a missing function. Design documents in another language are not
 /// checked (their queries fail instead, as in CouchDB; a query-language
 /// one that cannot be indexed is refused by its queries with
@@ -459,7 +459,7 @@ impl IndexSpec {
 /// JavaScript workers (never blocks the caller's thread).
 pub async fn check_design_doc(js: &JsEngine, ddoc: &Value) -> Result<(), ViewError> {
     let language = ddoc.get("language").and_then(Value::as_str);
-    if language.is_some_and(|l| l != "javascript") {
+    if language.is_some_and(|l| l != "javascript" && l != "coffeescript") {
         return Ok(());
     }
     let spec = IndexSpec::from_ddoc(ddoc)?;
